@@ -1,0 +1,41 @@
+# Two commands do all the set-up: `make course` and `make test`.
+# Both create .venv when it is missing.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU wheel; override on a CUDA host (e.g. TORCH_SPEC='torch==2.13.0').
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
+export COURSE_PROGRESS ?= text
+
+.PHONY: course test lint lab clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: a bare range could pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+course: $(STAMP)
+	$(BIN)/python -m course_lib.batch
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=8888 \
+		--no-browser $(ROOT_FLAG)
+
+clean: $(STAMP)
+	$(BIN)/course-lib clean --scope generated

@@ -1,0 +1,24 @@
+"""Token-weighted DDP: the engine behind the course's notebooks."""
+
+from .arithmetic import counter_example, global_mean, mean_of_means
+from .config import Config, ConfigError
+from .launch import LaunchError
+from .protocol import (
+    evaluate_run,
+    exercise,
+    load_config,
+    parity,
+    prepare,
+    reference,
+    resume_check,
+    run_all,
+    summary,
+    train,
+)
+
+__all__ = [
+    "Config", "ConfigError", "LaunchError", "counter_example", "evaluate_run",
+    "exercise", "global_mean", "load_config", "mean_of_means", "parity", "prepare",
+    "reference", "resume_check", "run_all", "summary", "train",
+]
+__version__ = "0.1.0"

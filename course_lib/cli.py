@@ -1,0 +1,347 @@
+"""``course-lib <command>``: exit 0 on success, 1 on a failed check, 2 on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from . import arithmetic, checkpoint, launch, paths, protocol
+from .config import ConfigError
+from .data import DataLockError, lock_record, make_plan
+from .launch import BackendError, LaunchError
+
+
+class BadInput(Exception):
+    """Exit 2 with this one-line message."""
+
+
+class CheckFailed(Exception):
+    """Exit 1 with this message."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage too)
+        raise BadInput(message)
+
+
+def _config(args):
+    path = Path(args.config)
+    if not path.exists() and not path.is_absolute():
+        path = paths.project_root() / path
+    return protocol.load_config(path)
+
+
+def _out(args, cfg) -> Path:
+    return Path(args.out) if args.out else paths.default_out(cfg.name)
+
+
+def _data_dir(args) -> Path:
+    return Path(args.data_dir) if args.data_dir else paths.data_dir()
+
+
+def _launch_kw(args) -> dict:
+    kw = {"data_dir": _data_dir(args), "timeout": args.timeout,
+          "backend": getattr(args, "backend", "auto"),
+          "device": getattr(args, "device", "auto")}
+    if getattr(args, "world_size", None):
+        kw["world_size"] = args.world_size
+    if getattr(args, "nnodes", 1) > 1 or getattr(args, "rdzv_endpoint", None):
+        if not args.rdzv_endpoint:
+            raise BadInput("--rdzv-endpoint: required with --nnodes > 1")
+        kw["multinode"] = launch.MultiNode(args.nnodes, args.node_rank,
+                                           args.rdzv_endpoint)
+    return kw
+
+
+def _print(obj) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+# --- commands ----------------------------------------------------------------
+
+
+def cmd_check_env(args) -> int:
+    cfg = _config(args)
+    world = args.world_size or cfg.train.world_size
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "gpus": launch.gpu_count(),
+        "nccl_available": torch.distributed.is_nccl_available(),
+        "gloo_available": torch.distributed.is_gloo_available(),
+        "world_size": world,
+    }
+    try:
+        placement = launch.resolve(args.backend, world, args.device)
+    except BackendError as exc:
+        info["problem"] = str(exc)
+        _print(info)
+        raise CheckFailed(str(exc)) from None
+    info.update(backend=placement.backend, device=placement.device,
+                nccl_reference_path=placement.nccl_reference_path,
+                plan=placement.describe())
+    if args.launch:
+        out = _out(args, cfg)
+        protocol._launch(cfg, out, [{"job": "smoke"}], **_launch_kw(args))
+        info["all_reduce"] = "ok"
+    _print(info)
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    cfg = _config(args)
+    try:
+        data, status = protocol.prepare(cfg, _data_dir(args))
+    except DataLockError as exc:
+        raise CheckFailed(f"data lock mismatch: {exc}") from None
+    world = args.world_size or cfg.train.world_size
+    plan = make_plan(cfg.with_world_size(world), data, world)
+    out = _out(args, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(plan))
+    _print({**lock_record(cfg, data), "status": status,
+            "plan": {"updates": len(plan), "world_size": world,
+                     "file": str(out / "plan.json")}})
+    return 0
+
+
+def cmd_check_loss(args) -> int:
+    ex = arithmetic.counter_example()
+    _print(ex)
+    if (ex["mean_of_means"], ex["global_mean"]) != (2.0, 2.5):
+        raise CheckFailed("the counter-example no longer gives 2 versus 2.5")
+    return 0
+
+
+def cmd_reference(args) -> int:
+    cfg = _config(args)
+    _print(protocol.reference(cfg, _out(args, cfg), _data_dir(args), args.world_size))
+    return 0
+
+
+def cmd_parity(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    report = protocol.parity(cfg, out, **_launch_kw(args))
+    print(protocol.summary(out).split("\n  resume")[0].split("\n  evaluation")[0])
+    if not report.passed:
+        raise CheckFailed("parity: global_token must pass and mean_of_means must fail")
+    return 0
+
+
+def cmd_train(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    run_dir = protocol.train(cfg, out, stop_at=args.stop_at, continuous=args.continuous,
+                             resume=Path(args.resume) if args.resume else None,
+                             **_launch_kw(args))
+    latest = checkpoint.latest_valid(run_dir)
+    _print({"run_dir": str(run_dir), "latest_checkpoint": str(latest)})
+    return 0
+
+
+def cmd_resume_check(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    r = protocol.resume_check(cfg, out, **_launch_kw(args))
+    _print({"step": r.step, "identical": r.identical,
+            "max_abs_param_diff": r.max_abs_param_diff,
+            "compared_values": r.compared_values,
+            "ablations": {k: v["max_abs_param_diff"] for k, v in r.ablations.items()}})
+    if not r.identical:
+        raise CheckFailed("resume differs from the continuous run")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    ckpt = Path(args.checkpoint) if args.checkpoint else None
+    e = protocol.evaluate_run(cfg, out, ckpt, _data_dir(args))
+    _print({"test_sequences": e.test_sequences, "test_tokens": e.test_tokens,
+            "loss_per_token": e.loss_per_token, "token_accuracy": e.token_accuracy,
+            "entropy_floor": e.entropy_floor, "untrained": e.untrained})
+    if not e.loss_per_token < e.untrained["loss_per_token"]:
+        raise CheckFailed("the trained model is no better than the untrained one")
+    return 0
+
+
+def cmd_exercise(args) -> int:
+    cfg = _config(args)
+    x = protocol.exercise(cfg, _out(args, cfg), **_launch_kw(args))
+    for sc in x.scenarios:
+        g = sc["gradients"]
+        print(f"{sc['name']}: tokens {sc['tokens']}  mean of means "
+              f"{sc['mean_of_means']:g}  global mean {sc['global_mean']:g}  "
+              f"grad allclose: global_token={g['global_token']['allclose']} "
+              f"mean_of_means={g['mean_of_means']['allclose']}")
+    if not all(sc["gradients"]["global_token"]["allclose"] for sc in x.scenarios):
+        raise CheckFailed("exercise: the global_token gradient left the tolerance")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    for p in (args.ckpt_a, args.ckpt_b):
+        checkpoint.verify(Path(p))
+    result = checkpoint.compare_params(checkpoint.load_params(Path(args.ckpt_a)),
+                                       checkpoint.load_params(Path(args.ckpt_b)))
+    _print(result)
+    return 0
+
+
+def cmd_check_checkpoints(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    found = checkpoint.list_checkpoints(out)
+    bad = []
+    for path in found:
+        try:
+            checkpoint.verify(path)
+            print(f"ok   {path.relative_to(out)}")
+        except checkpoint.CheckpointError as exc:
+            print(f"BAD  {path.relative_to(out)}: {exc}")
+            bad.append(str(exc))
+    leftovers = [p for p in out.rglob("step-*.tmp") if p.is_dir()]
+    for p in leftovers:
+        print(f"skip {p.relative_to(out)} (an interrupted write, never loaded)")
+    if not found:
+        print(f"no checkpoint under {out}")
+    if bad:
+        raise CheckFailed(f"{len(bad)} bad checkpoint(s); first: {bad[0]}")
+    return 0
+
+
+def generated_paths(root: Path) -> list[Path]:
+    """What the course generates: never data/, configs/ or notebook sources."""
+    found = [root / "runs"]
+    for pattern in ("**/__pycache__", "**/.ipynb_checkpoints", ".pytest_cache",
+                    ".ruff_cache", "*.egg-info"):
+        found += [p for p in root.glob(pattern) if ".venv" not in p.parts]
+    protected = [root / "data", root / "configs"]
+    return sorted(p for p in set(found) if p.exists()
+                  and not any(p == q or q in p.parents for q in protected))
+
+
+def cmd_clean(args) -> int:
+    if args.scope != "generated":
+        raise BadInput(f"--scope: only 'generated' is supported, got {args.scope!r}")
+    root = paths.project_root()
+    targets = generated_paths(root)
+    for p in targets:
+        print(("would remove " if args.dry_run else "removing ") + str(p.relative_to(root)))
+        if not args.dry_run:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    if not targets:
+        print("nothing to clean")
+    return 0
+
+
+def cmd_run_all(args) -> int:
+    cfg = _config(args)
+    ex_path = Path(args.exercise_config)
+    if not ex_path.exists() and not ex_path.is_absolute():
+        ex_path = paths.project_root() / ex_path
+    ex_cfg = protocol.load_config(ex_path)
+    out = _out(args, cfg)
+    table = protocol.run_all(cfg, out, ex_cfg, **_launch_kw(args))
+    print(table)
+    found = protocol.summary_json(out)
+    p, r = found["parity"], found["resume"]
+    ok = p["passed"] and r["identical"] and r["every_ablation_matters"]
+    e = found["evaluation"]
+    ok = ok and e["entropy_floor"] < e["loss_per_token"] < e["untrained"]["loss_per_token"]
+    if not ok:
+        raise CheckFailed("run-all: at least one check above did not hold")
+    return 0
+
+
+# --- parser ------------------------------------------------------------------
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="course-lib", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def add(name, func, help_text, launches=False):
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        p.add_argument("--config", default="configs/minimum.yaml")
+        p.add_argument("--out", default=None, help="default: runs/<config name>")
+        p.add_argument("--data-dir", default=None, help="default: data/")
+        p.add_argument("--world-size", type=int, default=None)
+        if launches:
+            p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+            p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                           help="gloo only: cuda runs gloo ranks on GPUs")
+            p.add_argument("--timeout", type=float, default=900.0,
+                           help="seconds before the whole job is killed")
+            p.add_argument("--nnodes", type=int, default=1)
+            p.add_argument("--node-rank", type=int, default=0)
+            p.add_argument("--rdzv-endpoint", default=None, help="host:port")
+        return p
+
+    p = add("check-env", cmd_check_env, "which backend and device will run", True)
+    p.add_argument("--launch", action="store_true", help="also run one all_reduce")
+    add("prepare", cmd_prepare, "write or verify the corpus; print the data lock")
+    add("check-loss", cmd_check_loss, "the 12/36 counter-example as JSON")
+    add("reference", cmd_reference, "single-process reference gradient")
+    add("parity", cmd_parity, "DDP vs reference gradients -> reports/parity.json", True)
+    p = add("train", cmd_train, "stop at K, continuous, or resume", True)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--continuous", action="store_true")
+    mode.add_argument("--resume", default=None, metavar="CKPT_DIR")
+    p.add_argument("--stop-at", type=int, default=None)
+    add("resume-check", cmd_resume_check, "resumed vs continuous -> resume.json", True)
+    p = add("evaluate", cmd_evaluate, "test loss and accuracy -> evaluation.json")
+    p.add_argument("--checkpoint", default=None)
+    add("exercise", cmd_exercise, "the 12 -> 36 tokens exercise", True)
+    p = add("compare", cmd_compare, "max |param diff| between two checkpoints")
+    p.add_argument("ckpt_a")
+    p.add_argument("ckpt_b")
+    add("check-checkpoints", cmd_check_checkpoints, "verify every checkpoint in --out")
+    p = add("clean", cmd_clean, "remove generated files only")
+    p.add_argument("--scope", required=True)
+    p.add_argument("--dry-run", action="store_true")
+    p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
+    p.add_argument("--exercise-config", default="configs/exercise.yaml")
+    return parser
+
+
+def _validate(args) -> None:
+    if args.world_size is not None and args.world_size < 1:
+        raise BadInput("--world-size: must be at least 1")
+    stop_at = getattr(args, "stop_at", None)
+    if stop_at is not None and stop_at < 1:
+        raise BadInput("--stop-at: must be at least 1")
+    if getattr(args, "timeout", 1) <= 0:
+        raise BadInput("--timeout: must be positive")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        _validate(args)
+        return args.func(args)
+    except (BadInput, ConfigError, BackendError, checkpoint.CheckpointError,
+            DataLockError) as exc:
+        print(f"course-lib: error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"course-lib: error: {exc}", file=sys.stderr)
+        return 2
+    except LaunchError as exc:
+        print(f"course-lib: job failed: {exc}", file=sys.stderr)
+        return 130 if exc.interrupted else 1
+    except CheckFailed as exc:
+        print(f"course-lib: check failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("course-lib: interrupted", file=sys.stderr)
+        return 130

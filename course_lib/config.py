@@ -1,0 +1,281 @@
+"""Typed course configuration, loaded from YAML and validated field by field."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the field."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train_sequences: int = 1024
+    validation_sequences: int = 128
+    test_sequences: int = 256
+    min_length: int = 16
+    max_length: int = 128
+    rank_length_bands: tuple[tuple[int, int], ...] = ((16, 64), (65, 128))
+    vocab_size: int = 32
+    successors_per_state: int = 4
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    d_ff: int = 256
+    dropout: float = 0.1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    world_size: int = 2
+    updates: int = 100
+    stop_at: int = 50
+    checkpoint_every: int = 25
+    accumulation: int = 2
+    batch_size_per_rank: int = 8
+    lr: float = 0.5
+    momentum: float = 0.9
+    dtype: str = "float32"
+    # Test and chapter-09 knob: force these ranks' windows to hold no token.
+    empty_ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParityConfig:
+    atol: float = 1e-6
+    rtol: float = 1e-4
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ExerciseConfig:
+    per_token_loss: tuple[float, ...] = (1.0, 3.0)
+    scenarios: tuple[Scenario, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "minimum"
+    seed: int = 1234
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parity: ParityConfig = field(default_factory=ParityConfig)
+    exercise: ExerciseConfig | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def protocol_fingerprint(self) -> str:
+        """sha256 of everything that shapes a trajectory.
+
+        Run-control fields (where to stop, how often to save) are left out, so
+        a run stopped at 50 can be resumed to 100 under the same fingerprint.
+        """
+        d = self.to_dict()
+        for key in ("stop_at", "checkpoint_every"):
+            d["train"].pop(key)
+        return hashlib.sha256(_canonical(d)).hexdigest()
+
+    def with_world_size(self, world_size: int) -> Config:
+        train = dataclasses.replace(self.train, world_size=world_size)
+        cfg = dataclasses.replace(self, train=train)
+        validate(cfg)
+        return cfg
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+_SECTIONS = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "parity": ParityConfig,
+}
+
+
+def _coerce(path: str, value: Any, typ: Any) -> Any:
+    """Convert a YAML value to the annotated type, or raise naming the field."""
+    if typ in ("int", int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if typ in ("float", float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if typ in ("str", str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    if typ == "tuple[int, ...]":
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list of integers, got {value!r}")
+        return tuple(_coerce(f"{path}[{i}]", v, int) for i, v in enumerate(value))
+    if typ == "tuple[float, ...]":
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list of numbers, got {value!r}")
+        return tuple(_coerce(f"{path}[{i}]", v, float) for i, v in enumerate(value))
+    if typ == "tuple[tuple[int, int], ...]":
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list of [low, high] pairs")
+        bands = []
+        for i, pair in enumerate(value):
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise ConfigError(f"{path}[{i}]: expected [low, high], got {pair!r}")
+            bands.append(tuple(_coerce(f"{path}[{i}]", v, int) for v in pair))
+        return tuple(bands)
+    raise TypeError(f"unsupported config type {typ!r} at {path}")
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix}: expected a mapping, got {raw!r}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{prefix}.{key}: unknown field")
+    kwargs = {
+        key: _coerce(f"{prefix}.{key}", value, known[key].type)
+        for key, value in raw.items()
+    }
+    return cls(**kwargs)
+
+
+def _build_exercise(raw: Any) -> ExerciseConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"exercise: expected a mapping, got {raw!r}")
+    unknown = set(raw) - {"per_token_loss", "scenarios"}
+    if unknown:
+        raise ConfigError(f"exercise.{sorted(unknown)[0]}: unknown field")
+    losses = _coerce(
+        "exercise.per_token_loss", raw.get("per_token_loss", [1, 3]), "tuple[float, ...]"
+    )
+    scenarios = []
+    for i, item in enumerate(raw.get("scenarios") or []):
+        where = f"exercise.scenarios[{i}]"
+        if not isinstance(item, dict) or set(item) != {"name", "tokens"}:
+            raise ConfigError(f"{where}: expected {{name, tokens}}, got {item!r}")
+        name = _coerce(f"{where}.name", item["name"], str)
+        tokens = _coerce(f"{where}.tokens", item["tokens"], "tuple[int, ...]")
+        scenarios.append(Scenario(name=name, tokens=tokens))
+    return ExerciseConfig(per_token_loss=losses, scenarios=tuple(scenarios))
+
+
+def from_dict(raw: Any) -> Config:
+    if not isinstance(raw, dict):
+        raise ConfigError("config: expected a mapping at the top level")
+    allowed = {"name", "seed", "exercise", *_SECTIONS}
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(f"{key}: unknown field")
+    kwargs: dict[str, Any] = {}
+    if "name" in raw:
+        kwargs["name"] = _coerce("name", raw["name"], str)
+    if "seed" in raw:
+        kwargs["seed"] = _coerce("seed", raw["seed"], int)
+    for section, cls in _SECTIONS.items():
+        kwargs[section] = _build(cls, raw.get(section), section)
+    if raw.get("exercise") is not None:
+        kwargs["exercise"] = _build_exercise(raw["exercise"])
+    cfg = Config(**kwargs)
+    validate(cfg)
+    return cfg
+
+
+def _require(ok: bool, field_path: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{field_path}: {message}")
+
+
+def validate(cfg: Config) -> None:
+    d, m, t, p = cfg.data, cfg.model, cfg.train, cfg.parity
+    _require(cfg.name.replace("-", "").replace("_", "").isalnum(), "name",
+             "use letters, digits, '-' and '_' only")
+    for key in ("train_sequences", "validation_sequences", "test_sequences"):
+        _require(getattr(d, key) > 0, f"data.{key}", "must be positive")
+    _require(2 <= d.min_length <= d.max_length, "data.min_length",
+             "must be at least 2 and at most data.max_length")
+    _require(d.max_length <= 512, "data.max_length", "must be at most 512")
+    _require(2 <= d.vocab_size <= 1024, "data.vocab_size", "must be in [2, 1024]")
+    _require(1 <= d.successors_per_state <= d.vocab_size,
+             "data.successors_per_state", "must be in [1, data.vocab_size]")
+    for i, (lo, hi) in enumerate(d.rank_length_bands):
+        _require(d.min_length <= lo <= hi <= d.max_length,
+                 f"data.rank_length_bands[{i}]",
+                 f"[{lo}, {hi}] must lie inside [min_length, max_length]")
+    _require(m.d_model > 0 and m.d_model % m.n_heads == 0, "model.d_model",
+             "must be a positive multiple of model.n_heads")
+    _require(m.n_layers > 0, "model.n_layers", "must be positive")
+    _require(m.n_heads > 0, "model.n_heads", "must be positive")
+    _require(m.d_ff > 0, "model.d_ff", "must be positive")
+    _require(0.0 <= m.dropout < 1.0, "model.dropout", "must be in [0, 1)")
+    _require(1 <= t.world_size <= 64, "train.world_size", "must be in [1, 64]")
+    _require(t.updates > 0, "train.updates", "must be positive")
+    _require(0 < t.stop_at <= t.updates, "train.stop_at", "must be in [1, updates]")
+    _require(t.checkpoint_every > 0, "train.checkpoint_every", "must be positive")
+    _require(t.accumulation > 0, "train.accumulation", "must be positive")
+    _require(t.batch_size_per_rank > 0, "train.batch_size_per_rank",
+             "must be positive")
+    _require(t.lr > 0, "train.lr", "must be positive")
+    _require(0 <= t.momentum < 1, "train.momentum", "must be in [0, 1)")
+    _require(t.dtype in ("float32", "float64"), "train.dtype",
+             "must be float32 or float64")
+    for r in t.empty_ranks:
+        _require(0 <= r < t.world_size, "train.empty_ranks",
+                 f"rank {r} is outside [0, world_size)")
+    _require(p.atol >= 0, "parity.atol", "must be non-negative")
+    _require(p.rtol >= 0, "parity.rtol", "must be non-negative")
+    _require(0 <= p.step < t.updates, "parity.step", "must be in [0, updates)")
+    if cfg.exercise is not None:
+        _require(len(cfg.exercise.per_token_loss) == t.world_size,
+                 "exercise.per_token_loss", "needs one value per rank")
+        for i, sc in enumerate(cfg.exercise.scenarios):
+            _require(len(sc.tokens) == t.world_size,
+                     f"exercise.scenarios[{i}].tokens", "needs one count per rank")
+            _require(all(1 <= n < d.max_length for n in sc.tokens),
+                     f"exercise.scenarios[{i}].tokens",
+                     "each count must be in [1, data.max_length)")
+
+
+def load(path: str | Path) -> Config:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--config: no such file: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(f"{path.name}: not valid YAML{where}") from None
+    return from_dict(raw)

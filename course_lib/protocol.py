@@ -1,0 +1,270 @@
+"""The course's protocol as Python calls; the CLI and the notebooks use these.
+
+Run directories: the main trajectory (stop at 50, then resume to 100) lives
+in ``<out>``; the continuous control run in ``<out>/continuous``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from . import checkpoint, launch, paths, reports
+from .config import Config, load
+from .data import Corpus, collate, load_corpus, make_sampler
+from .data import prepare as prepare_data
+from .evaluate import bayes_accuracy, evaluate
+from .model import build_model
+from .reference import reference_gradient
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    return load(path or paths.config_path("minimum"))
+
+
+def out_dir(cfg: Config, out: str | Path | None = None) -> Path:
+    return Path(out) if out else paths.default_out(cfg.name)
+
+
+def continuous_dir(out: Path) -> Path:
+    return Path(out) / "continuous"
+
+
+def prepare(cfg: Config, data_dir: Path | None = None) -> tuple[Corpus, str]:
+    return prepare_data(cfg, data_dir or paths.data_dir())
+
+
+def corpus(cfg: Config, data_dir: Path | None = None) -> Corpus:
+    return load_corpus(cfg, data_dir or paths.data_dir())
+
+
+def reference(cfg: Config, out: Path, data_dir: Path | None = None,
+              world_size: int | None = None) -> dict:
+    """The single-process reference gradient for the parity window."""
+    world_size = world_size or cfg.train.world_size
+    cfg = cfg.with_world_size(world_size)
+    data = corpus(cfg, data_dir)
+    sampler = make_sampler(cfg, data, world_size)
+    for _ in range(cfg.parity.step + 1):
+        window = sampler.next_window()
+    micro = [collate(data, ids, r not in cfg.train.empty_ranks)
+             for r in range(world_size) for ids in window[r]]
+    model = build_model(cfg).eval()
+    grad, n, loss = reference_gradient(model, micro)
+    out = Path(out)
+    (out / "reports").mkdir(parents=True, exist_ok=True)
+    torch.save(grad, out / "reports" / "reference_grad.pt")
+    report = {
+        "device": "cpu",
+        "dtype": cfg.train.dtype,
+        "step": cfg.parity.step,
+        "world_size_of_plan": world_size,
+        "global_tokens": n,
+        "window_loss_per_token": loss,
+        "compared_values": int(grad.numel()),
+        "grad_norm": float(grad.norm()),
+    }
+    reports.write(out, "reference", report)
+    return report
+
+
+def _launch(cfg: Config, out: Path, jobs: list[dict], **kw) -> launch.LaunchResult:
+    data_dir = kw.pop("data_dir", None) or paths.data_dir()
+    return launch.launch(cfg, out, jobs, data_dir=data_dir, **kw)
+
+
+def parity_job() -> dict:
+    return {"job": "parity"}
+
+
+def train_job(run_dir: Path, label: str, stop: int, resume: Path | None = None) -> dict:
+    job = {"job": "train", "run_dir": str(Path(run_dir).resolve()), "label": label,
+           "stop": stop}
+    if resume is not None:
+        job["resume"] = str(Path(resume).resolve())
+    return job
+
+
+def ablation_job(out: Path, cfg: Config) -> dict:
+    out = Path(out).resolve()
+    return {
+        "job": "ablations",
+        "resume_from": str(checkpoint.step_dir(out, cfg.train.stop_at)),
+        "resumed": str(checkpoint.step_dir(out, cfg.train.updates)),
+        "continuous": str(checkpoint.step_dir(continuous_dir(out), cfg.train.updates)),
+    }
+
+
+def exercise_job(exercise_cfg: Config) -> dict:
+    if exercise_cfg.exercise is None or not exercise_cfg.exercise.scenarios:
+        raise ValueError("exercise: this config has no exercise.scenarios")
+    return {"job": "exercise", "config": exercise_cfg.to_dict()}
+
+
+def parity(cfg: Config, out: Path, **kw) -> reports.ParityReport:
+    _launch(cfg, out, [parity_job()], **kw)
+    return reports.load(out, "parity")
+
+
+def check_resumable(cfg: Config, path: Path, world_size: int | None = None,
+                    data_dir: Path | None = None) -> dict:
+    """Refuse, before any launch, a checkpoint that does not fit this run."""
+    data = corpus(cfg, data_dir)
+    return checkpoint.verify(path, cfg=cfg, data_lock=data.lock,
+                             world_size=world_size or cfg.train.world_size)
+
+
+def train(cfg: Config, out: Path, *, stop_at: int | None = None,
+          continuous: bool = False, resume: Path | None = None, **kw) -> Path:
+    """One training run; returns its run directory."""
+    out = Path(out)
+    if continuous:
+        job = train_job(continuous_dir(out), "continuous", cfg.train.updates)
+    elif resume is not None:
+        check_resumable(cfg, resume, kw.get("world_size"), kw.get("data_dir"))
+        job = train_job(out, "resume", stop_at or cfg.train.updates, resume)
+    else:
+        job = train_job(out, "stop", stop_at or cfg.train.stop_at)
+    _launch(cfg, out, [job], **kw)
+    return Path(job["run_dir"])
+
+
+def resume_check(cfg: Config, out: Path, **kw) -> reports.ResumeReport:
+    job = ablation_job(out, cfg)
+    for key in ("resume_from", "resumed", "continuous"):
+        check_resumable(cfg, Path(job[key]), kw.get("world_size"), kw.get("data_dir"))
+    _launch(cfg, out, [job], **kw)
+    return reports.load(out, "resume")
+
+
+def exercise(exercise_cfg: Config, out: Path, **kw) -> reports.ExerciseReport:
+    _launch(exercise_cfg, out, [exercise_job(exercise_cfg)], **kw)
+    return reports.load(out, "exercise")
+
+
+def evaluate_run(cfg: Config, out: Path, ckpt: Path | None = None,
+                 data_dir: Path | None = None) -> reports.EvaluationReport:
+    """Evaluate a checkpoint (default: the latest valid one) on the test split."""
+    data = corpus(cfg, data_dir)
+    out = Path(out)
+    if ckpt is None:
+        ckpt = checkpoint.latest_valid(out)
+        if ckpt is None:
+            raise FileNotFoundError(f"no valid checkpoint under {out}/checkpoints")
+    trainer = checkpoint.verify(ckpt, data_lock=data.lock)
+    trained = build_model(cfg)
+    trained.load_state_dict(checkpoint.load_params(ckpt))
+    after = evaluate(trained, data)
+    before = evaluate(build_model(cfg), data)
+    report = {
+        "checkpoint": str(Path(ckpt).resolve().relative_to(out.resolve())),
+        "step": trainer["step"],
+        "test_sequences": after["sequences"],
+        "test_tokens": after["tokens"],
+        "loss_per_token": after["loss_per_token"],
+        "token_accuracy": after["token_accuracy"],
+        "entropy_floor": data.entropy_floor,
+        "bayes_accuracy": bayes_accuracy(data),
+        "untrained": {"loss_per_token": before["loss_per_token"],
+                      "token_accuracy": before["token_accuracy"]},
+        "above_floor_by": after["loss_per_token"] - data.entropy_floor,
+    }
+    reports.write(out, "evaluation", report)
+    return reports.load(out, "evaluation")
+
+
+def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
+            **kw) -> str:
+    """The whole protocol in two torchrun launches, then the summary table.
+
+    Launch 1: parity, exercise, stop at K, continuous. Launch 2: resume from K
+    to the end in a fresh process, then the ablations.
+    """
+    out = Path(out)
+    data_dir = kw.get("data_dir")
+    prepare(cfg, data_dir)
+    reference(cfg, out, data_dir, kw.get("world_size"))
+    first = [parity_job()]
+    if exercise_cfg is not None:
+        first.append(exercise_job(exercise_cfg))
+    first += [
+        train_job(out, "stop", cfg.train.stop_at),
+        train_job(continuous_dir(out), "continuous", cfg.train.updates),
+    ]
+    _launch(cfg, out, first, **kw)
+    stop = checkpoint.step_dir(out, cfg.train.stop_at)
+    check_resumable(cfg, stop, kw.get("world_size"), data_dir)
+    _launch(cfg, out, [train_job(out, "resume", cfg.train.updates, stop),
+                       ablation_job(out, cfg)], **kw)
+    evaluate_run(cfg, out, checkpoint.step_dir(out, cfg.train.updates), data_dir)
+    return summary(out)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def summary(out: Path) -> str:
+    """The closing table ("bilan") from whatever reports ``out`` holds."""
+    out = Path(out)
+    rows, header = [], None
+    try:
+        p = reports.load(out, "parity")
+        header = (f"{p.world_size} ranks, {p.backend} on {p.device}"
+                  + ("" if p.extra.get("nccl_reference_path")
+                     else " (not the NCCL reference path)"))
+        ok, bad = p.correct, p.control_mode
+        rows.append(("parity, global_token", "PASS" if ok.allclose else "FAIL",
+                     f"max |err| {_fmt(ok.max_abs_err)}, {ok.violations} violations "
+                     f"of {p.compared_values:,}"))
+        if p.world_size > 1:
+            rows.append(("parity, mean_of_means",
+                         "FAIL (expected)" if not bad.allclose else "PASS (unexpected)",
+                         f"max |err| {_fmt(bad.max_abs_err)}, {bad.violations} violations"))
+    except FileNotFoundError:
+        rows.append(("parity", "missing", "run `course-lib parity`"))
+    try:
+        r = reports.load(out, "resume")
+        rows.append((f"resume at step {r.step}",
+                     "IDENTICAL" if r.identical else "DIFFERS",
+                     f"max |diff| {r.max_abs_param_diff!r} over {r.compared_values:,}"))
+        for name, a in r.ablations.items():
+            rows.append((f"  ablation {name}", "differs" if a["matters"] else "same",
+                         f"max |diff| {_fmt(a['max_abs_param_diff'])}"))
+    except FileNotFoundError:
+        rows.append(("resume", "missing", "run `course-lib resume-check`"))
+    try:
+        e = reports.load(out, "evaluation")
+        rows.append(("test loss per token", f"{e.loss_per_token:.4f}",
+                     f"untrained {e.untrained['loss_per_token']:.4f}, "
+                     f"entropy floor {e.entropy_floor:.4f}"))
+        rows.append(("token accuracy", f"{100 * e.token_accuracy:.2f}%",
+                     f"untrained {100 * e.untrained['token_accuracy']:.2f}%, "
+                     f"{e.test_tokens:,} tokens in {e.test_sequences} sequences"))
+    except FileNotFoundError:
+        rows.append(("evaluation", "missing", "run `course-lib evaluate`"))
+    try:
+        x = reports.load(out, "exercise")
+        for sc in x.scenarios:
+            g = sc["gradients"]
+            rows.append((f"exercise {sc['name']} {sc['tokens']}",
+                         f"{sc['mean_of_means']:g} vs {sc['global_mean']:g}",
+                         f"mean_of_means grad allclose: "
+                         f"{g['mean_of_means']['allclose']}"))
+    except FileNotFoundError:
+        pass
+    width = max(len(r[0]) for r in rows)
+    lines = [f"Summary: {header or 'no parity report yet'}"]
+    lines += [f"  {a:<{width}}  {b:<17} {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def summary_json(out: Path) -> dict:
+    found = {}
+    for name in ("parity", "resume", "evaluation", "exercise"):
+        path = reports.report_path(out, name)
+        if path.is_file():
+            found[name] = json.loads(path.read_text())
+    return found
