@@ -130,7 +130,7 @@ def cmd_parity(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     report = protocol.parity(cfg, out, **_launch_kw(args))
-    print(protocol.summary(out).split("\n  resume")[0].split("\n  evaluation")[0])
+    print(protocol.summary(out, sections=("parity",)))
     if not report.passed:
         raise CheckFailed("parity: global_token must pass and mean_of_means must fail")
     return 0

@@ -204,6 +204,10 @@ def launch(cfg: Config, out: Path, jobs: list[dict], *, data_dir: Path,
     """Run ``jobs`` in one torchrun launch. Raises LaunchError on failure."""
     world_size = world_size or cfg.train.world_size
     cfg = cfg.with_world_size(world_size)
+    if fault is None and os.environ.get("COURSE_FAULT"):
+        # Test-only switch, e.g. {"kind": "crash", "rank": 1, "step": 3}
+        # or {"delay": 0.05} (seconds per step).
+        fault = json.loads(os.environ["COURSE_FAULT"])
     placement = resolve(backend, world_size, device)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -206,57 +206,71 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 
 
-def summary(out: Path) -> str:
+def _parity_rows(p: reports.ParityReport) -> list[tuple[str, str, str]]:
+    ok, bad = p.correct, p.control_mode
+    rows = [("parity, global_token", "PASS" if ok.allclose else "FAIL",
+             f"max |err| {_fmt(ok.max_abs_err)}, {ok.violations} violations "
+             f"of {p.compared_values:,}")]
+    if p.world_size > 1:
+        rows.append(("parity, mean_of_means",
+                     "FAIL (expected)" if not bad.allclose else "PASS (unexpected)",
+                     f"max |err| {_fmt(bad.max_abs_err)}, {bad.violations} violations"))
+    return rows
+
+
+def _resume_rows(r: reports.ResumeReport) -> list[tuple[str, str, str]]:
+    rows = [(f"resume at step {r.step}", "IDENTICAL" if r.identical else "DIFFERS",
+             f"max |diff| {r.max_abs_param_diff!r} over {r.compared_values:,}")]
+    for name, a in r.ablations.items():
+        rows.append((f"  ablation {name}", "differs" if a["matters"] else "same",
+                     f"max |diff| {_fmt(a['max_abs_param_diff'])}"))
+    return rows
+
+
+def _evaluation_rows(e: reports.EvaluationReport) -> list[tuple[str, str, str]]:
+    u = e.untrained
+    return [
+        ("test loss per token", f"{e.loss_per_token:.4f}",
+         f"untrained {u['loss_per_token']:.4f}, entropy floor {e.entropy_floor:.4f}"),
+        ("token accuracy", f"{100 * e.token_accuracy:.2f}%",
+         f"untrained {100 * u['token_accuracy']:.2f}%, "
+         f"{e.test_tokens:,} tokens in {e.test_sequences} sequences"),
+    ]
+
+
+def _exercise_rows(x: reports.ExerciseReport) -> list[tuple[str, str, str]]:
+    return [(f"exercise {sc['name']} {sc['tokens']}",
+             f"{sc['mean_of_means']:g} vs {sc['global_mean']:g}",
+             "mean_of_means grad allclose: "
+             f"{sc['gradients']['mean_of_means']['allclose']}")
+            for sc in x.scenarios]
+
+
+SECTIONS = {
+    "parity": (_parity_rows, "run `course-lib parity`"),
+    "resume": (_resume_rows, "run `course-lib resume-check`"),
+    "evaluation": (_evaluation_rows, "run `course-lib evaluate`"),
+    "exercise": (_exercise_rows, "run `course-lib exercise`"),
+}
+
+
+def summary(out: Path, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
     """The closing table ("bilan") from whatever reports ``out`` holds."""
     out = Path(out)
-    rows, header = [], None
-    try:
+    rows = []
+    for name in sections:
+        make_rows, hint = SECTIONS[name]
+        try:
+            rows += make_rows(reports.load(out, name))
+        except FileNotFoundError:
+            rows.append((name, "missing", hint))
+    header = "no parity report yet"
+    if reports.report_path(out, "parity").is_file():
         p = reports.load(out, "parity")
-        header = (f"{p.world_size} ranks, {p.backend} on {p.device}"
-                  + ("" if p.extra.get("nccl_reference_path")
-                     else " (not the NCCL reference path)"))
-        ok, bad = p.correct, p.control_mode
-        rows.append(("parity, global_token", "PASS" if ok.allclose else "FAIL",
-                     f"max |err| {_fmt(ok.max_abs_err)}, {ok.violations} violations "
-                     f"of {p.compared_values:,}"))
-        if p.world_size > 1:
-            rows.append(("parity, mean_of_means",
-                         "FAIL (expected)" if not bad.allclose else "PASS (unexpected)",
-                         f"max |err| {_fmt(bad.max_abs_err)}, {bad.violations} violations"))
-    except FileNotFoundError:
-        rows.append(("parity", "missing", "run `course-lib parity`"))
-    try:
-        r = reports.load(out, "resume")
-        rows.append((f"resume at step {r.step}",
-                     "IDENTICAL" if r.identical else "DIFFERS",
-                     f"max |diff| {r.max_abs_param_diff!r} over {r.compared_values:,}"))
-        for name, a in r.ablations.items():
-            rows.append((f"  ablation {name}", "differs" if a["matters"] else "same",
-                         f"max |diff| {_fmt(a['max_abs_param_diff'])}"))
-    except FileNotFoundError:
-        rows.append(("resume", "missing", "run `course-lib resume-check`"))
-    try:
-        e = reports.load(out, "evaluation")
-        rows.append(("test loss per token", f"{e.loss_per_token:.4f}",
-                     f"untrained {e.untrained['loss_per_token']:.4f}, "
-                     f"entropy floor {e.entropy_floor:.4f}"))
-        rows.append(("token accuracy", f"{100 * e.token_accuracy:.2f}%",
-                     f"untrained {100 * e.untrained['token_accuracy']:.2f}%, "
-                     f"{e.test_tokens:,} tokens in {e.test_sequences} sequences"))
-    except FileNotFoundError:
-        rows.append(("evaluation", "missing", "run `course-lib evaluate`"))
-    try:
-        x = reports.load(out, "exercise")
-        for sc in x.scenarios:
-            g = sc["gradients"]
-            rows.append((f"exercise {sc['name']} {sc['tokens']}",
-                         f"{sc['mean_of_means']:g} vs {sc['global_mean']:g}",
-                         f"mean_of_means grad allclose: "
-                         f"{g['mean_of_means']['allclose']}"))
-    except FileNotFoundError:
-        pass
+        header = f"{p.world_size} ranks, {p.backend} on {p.device}" + (
+            "" if p.extra.get("nccl_reference_path") else " (not the NCCL reference path)")
     width = max(len(r[0]) for r in rows)
-    lines = [f"Summary: {header or 'no parity report yet'}"]
+    lines = [f"Summary: {header}"]
     lines += [f"  {a:<{width}}  {b:<17} {c}" for a, b, c in rows]
     return "\n".join(lines)
 

@@ -1,0 +1,45 @@
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from course_lib import paths, protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("COURSE_PROGRESS", "none")
+
+
+@pytest.fixture(scope="session")
+def cfg():
+    return protocol.load_config(ROOT / "configs" / "minimum.yaml")
+
+
+@pytest.fixture(scope="session")
+def corpus(cfg):
+    return protocol.corpus(cfg)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    return paths.data_dir()
+
+
+def with_train(cfg, **changes):
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
+
+
+def worker_processes(marker: str = "course_lib.worker") -> list[int]:
+    """PIDs whose command line runs the course's torchrun worker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmd and state != "Z":
+            found.append(int(entry))
+    return found

@@ -1,0 +1,62 @@
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from course_lib import launch
+
+
+def test_auto_backend_on_cpu_is_gloo():
+    if launch.gpu_count() >= 2:
+        pytest.skip("this host has GPUs: auto picks NCCL")
+    p = launch.resolve("auto", 2)
+    assert (p.backend, p.device) == ("gloo", "cpu")
+    assert "not the NCCL reference path" in p.describe()
+
+
+def test_nccl_without_gpus_is_refused():
+    if launch.gpu_count() >= 2:
+        pytest.skip("this host can run NCCL")
+    with pytest.raises(launch.BackendError, match="nccl"):
+        launch.resolve("nccl", 2)
+    with pytest.raises(launch.BackendError, match="expected auto, gloo or nccl"):
+        launch.resolve("mpi", 2)
+
+
+def test_torchrun_command_uses_a_free_loopback_port():
+    cmd = launch.torchrun_command(Path("run.json"), 2)
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    port = cmd[cmd.index("--master-port") + 1]
+    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
+    assert port != "29500" and 1024 < int(port) < 65536
+    assert cmd[-3:] == ["course_lib.worker", "--run-file", "run.json"]
+
+
+def test_multinode_arguments_pass_through():
+    mn = launch.MultiNode(nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400")
+    cmd = launch.torchrun_command(Path("run.json"), 4, mn)
+    joined = " ".join(cmd)
+    assert "--nnodes 2" in joined and "--node-rank 1" in joined
+    assert "--rdzv-endpoint 10.0.0.1:29400" in joined and "--rdzv-backend c10d" in joined
+    assert "--master-port" not in joined
+
+
+def test_kill_tree_reaches_children_in_other_sessions():
+    """torchrun puts workers in sessions of their own; kill_tree must still
+    reach them."""
+    script = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+              " start_new_session=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not launch.descendants(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kids = launch.descendants(proc.pid)
+    assert kids, "the grandchild never started"
+    launch.kill_tree(proc, grace=2.0)
+    assert proc.returncode is not None
+    time.sleep(0.2)
+    assert not any(launch._alive(k) for k in kids)

@@ -1,0 +1,302 @@
+"""Real torchrun jobs on CPU with gloo: parity, resume, faults, refusals."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from course_lib import checkpoint, launch, protocol, reports
+from tests.conftest import ROOT, with_train, worker_processes
+
+pytestmark = pytest.mark.torchrun
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left_behind():
+    before = set(worker_processes())
+    yield
+    deadline = time.monotonic() + 5
+    while set(worker_processes()) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(worker_processes()) - before, "a torchrun worker survived its job"
+
+
+@pytest.fixture(scope="module")
+def protocol_run(tmp_path_factory, cfg):
+    """The whole protocol once (two launches), shared by the tests below."""
+    out = tmp_path_factory.mktemp("protocol")
+    ex = protocol.load_config(ROOT / "configs" / "exercise.yaml")
+    table = protocol.run_all(cfg, out, ex, timeout=600)
+    return out, table
+
+
+def _cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "course_lib", *map(str, args)],
+                          capture_output=True, text=True, env=env, **kw)
+
+
+# --- parity -------------------------------------------------------------------
+
+
+def test_parity_correct_mode_passes_and_mean_of_means_fails(protocol_run, cfg):
+    out, _ = protocol_run
+    p = reports.load(out, "parity")
+    assert (p.world_size, p.backend, p.device, p.dtype) == (2, "gloo", "cpu", "float32")
+    assert p.compared_values == 112_480
+    assert (p.atol, p.rtol) == (1e-6, 1e-4)
+    assert p.correct.allclose and p.correct.violations == 0
+    assert p.correct.max_abs_err <= 1e-6
+    assert not p.control_mode.allclose and p.control_mode.max_abs_err > 1e-3
+    assert p.control_mode.violations > 0
+    assert p.local_tokens[0] < p.local_tokens[1], "short band on rank 0"
+    assert sum(p.local_tokens) == p.global_tokens
+    assert p.passed and p.extra["nccl_reference_path"] is False
+
+
+def test_no_sync_holds_grads_apart_until_the_last_microbatch(protocol_run):
+    out, _ = protocol_run
+    p = reports.load(out, "parity")
+    for mode in ("global_token", "mean_of_means"):
+        assert p.extra["no_sync"][mode]["ranks_agree_after_micro"] == [False, True]
+
+
+@pytest.mark.parametrize("world", [1, 3, 4])
+def test_parity_other_world_sizes(tmp_path, cfg, world):
+    p = protocol.parity(cfg, tmp_path, world_size=world, timeout=300)
+    assert p.world_size == world and len(p.local_tokens) == world
+    assert p.correct.allclose and p.correct.max_abs_err <= 1e-6
+    if world == 1:
+        assert p.control_mode.allclose
+        assert p.control == "not applicable: with one rank the two modes coincide"
+    else:
+        assert not p.control_mode.allclose and p.control_mode.max_abs_err > 1e-3
+    assert p.passed
+
+
+def test_locally_empty_rank_still_matches_the_reference(tmp_path, cfg):
+    p = protocol.parity(with_train(cfg, empty_ranks=(1,)), tmp_path, timeout=300)
+    assert p.local_tokens[1] == 0 and p.global_tokens == p.local_tokens[0] > 0
+    assert p.correct.allclose and p.correct.max_abs_err <= 1e-6
+    # The naive mode divides 0 by 0 on rank 1: it cannot even produce numbers.
+    assert not p.control_mode.allclose
+
+
+def test_globally_empty_window_stops_every_rank_with_the_same_error(tmp_path, cfg):
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchError) as err:
+        protocol.train(with_train(cfg, empty_ranks=(0, 1)), tmp_path, stop_at=5,
+                       timeout=120)
+    assert time.monotonic() - started < 60, "must fail fast, not by timeout"
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("ranks 0, 1 failed in train at step 1")
+    assert "no supervised token in the global window" in first
+    logs = reports.load_logs(tmp_path)
+    messages = {r: [x["message"] for x in recs if x["event"] == "error"]
+                for r, recs in logs.items()}
+    assert messages[0] == messages[1] and len(messages[0]) == 1
+
+
+# --- resume, ablations, evaluation, exercise ----------------------------------
+
+
+def test_resume_is_bitwise_identical(protocol_run, cfg):
+    out, table = protocol_run
+    r = reports.load(out, "resume")
+    assert r.step == 100 and r.identical and r.max_abs_param_diff == 0.0
+    assert r.compared_values == 112_480
+    assert "resume at step 100" in table and "IDENTICAL" in table
+
+
+def test_every_ablation_changes_the_trajectory(protocol_run):
+    out, _ = protocol_run
+    r = reports.load(out, "resume")
+    assert set(r.ablations) == {"weights_only", "no_optimizer_state",
+                                "sampler_from_seed", "no_rng_state"}
+    for name, a in r.ablations.items():
+        assert a["matters"] and a["max_abs_param_diff"] > 1e-4, name
+    seed = r.ablations["sampler_from_seed"]
+    assert seed["first_window_after_resume"] == 1
+    assert seed["window_expected_after_resume"] == 51
+
+
+def test_train_logs_describe_one_trajectory(protocol_run, cfg):
+    out, _ = protocol_run
+    logs = reports.load_logs(out)
+    assert set(logs) == {0, 1}
+    for records in logs.values():
+        steps = [x["step"] for x in records if x["event"] == "step"]
+        assert steps == list(range(1, 101))
+        for x in records:
+            if x["event"] == "step":
+                assert {"local_tokens", "global_tokens", "local_loss_sum"} <= set(x)
+    curve = reports.loss_curve(out)
+    continuous = reports.loss_curve(protocol.continuous_dir(out))
+    assert curve == continuous, "the resumed loss curve is the continuous one"
+
+
+def test_evaluation_sits_between_floor_and_untrained(protocol_run):
+    out, _ = protocol_run
+    e = reports.load(out, "evaluation")
+    assert e.test_sequences == 256
+    assert e.test_tokens == sum(n - 1 for n in protocol.corpus(
+        protocol.load_config()).lengths("test"))
+    assert e.entropy_floor < e.loss_per_token < e.untrained["loss_per_token"]
+    assert e.loss_per_token < e.untrained["loss_per_token"] - 1.0
+    assert e.token_accuracy > e.untrained["token_accuracy"]
+
+
+def test_exercise_scenarios(protocol_run):
+    out, _ = protocol_run
+    x = reports.load(out, "exercise")
+    by_name = {sc["name"]: sc for sc in x.scenarios}
+    bal, skew = by_name["balanced"], by_name["skewed"]
+    assert bal["tokens"] == [12, 12] and skew["tokens"] == [12, 36]
+    assert (bal["mean_of_means"], bal["global_mean"]) == (2.0, 2.0)
+    assert (skew["mean_of_means"], skew["global_mean"]) == (2.0, 2.5)
+    for sc in (bal, skew):
+        assert sc["gradients"]["global_token"]["allclose"]
+    assert bal["gradients"]["mean_of_means"]["allclose"], "equal counts: no bias"
+    assert not skew["gradients"]["mean_of_means"]["allclose"]
+
+
+# --- faults -------------------------------------------------------------------
+
+
+def test_crashed_rank_is_named_with_its_step(tmp_path, cfg):
+    with pytest.raises(launch.LaunchError) as err:
+        protocol.train(cfg, tmp_path, stop_at=10, timeout=120,
+                       fault={"kind": "crash", "rank": 1, "step": 3})
+    e = err.value
+    assert (e.rank, e.step, e.job) == (1, 3, "train")
+    first = str(e).splitlines()[0]
+    assert first.startswith("rank 1 failed in train at step 3")
+    assert "injected fault" in first
+    assert '"step": 2' in e.log_tail, "the tail shows the rank's last good step"
+
+
+def test_timeout_kills_the_whole_job(tmp_path, cfg):
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchError) as err:
+        protocol.train(cfg, tmp_path, stop_at=10, timeout=12, fault={"delay": 60})
+    assert time.monotonic() - started < 40
+    assert "timed out after 12 s" in str(err.value).splitlines()[0]
+    assert err.value.rank in (0, 1)
+
+
+def test_interrupt_kills_the_job_and_exits_130(tmp_path):
+    env = {**os.environ, "COURSE_FAULT": json.dumps({"delay": 0.5}),
+           "COURSE_PROGRESS": "text"}
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "train", "--continuous",
+                             "--out", str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "continuous" / "logs" / "train-rank0.jsonl"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and '"event": "step"' in log.read_text()):
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted by the user" in stderr
+
+
+def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protocol_run):
+    """SIGKILL the job's process group between checkpoints, resume from the
+    latest valid checkpoint, and land exactly on the continuous run."""
+    env = {**os.environ, "COURSE_FAULT": json.dumps({"delay": 0.08})}
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "train", "--continuous",
+                             "--out", str(tmp_path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = protocol.continuous_dir(tmp_path)
+    deadline = time.monotonic() + 120
+    while checkpoint.latest_valid(run_dir) is None or _last_step(run_dir) < 37:
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        assert proc.poll() is None, "the job ended before it could be killed"
+        time.sleep(0.05)
+    torchrun = [p for p in launch.descendants(proc.pid)
+                if b"torch.distributed.run" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert torchrun
+    os.killpg(os.getpgid(torchrun[0]), signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    latest = checkpoint.latest_valid(run_dir)
+    assert latest.name in ("step-0025", "step-0050")
+    done = _cli("train", "--resume", latest, "--out", run_dir, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = checkpoint.load_params(checkpoint.step_dir(run_dir, 100))
+    want = checkpoint.load_params(checkpoint.step_dir(
+        protocol.continuous_dir(protocol_run[0]), 100))
+    assert checkpoint.compare_params(got, want)["identical"]
+
+
+def _last_step(run_dir):
+    path = run_dir / "logs" / "train-rank0.jsonl"
+    steps = [json.loads(line).get("step") or 0 for line in path.read_text().splitlines()
+             if line.strip().endswith("}")] if path.exists() else []
+    return max(steps, default=0)
+
+
+# --- refusals: exit 2, one line, nothing lost ----------------------------------
+
+
+def _one_line_refusal(proc, needle):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_resume_refuses_what_does_not_fit(protocol_run, tmp_path):
+    out, _ = protocol_run
+    stop = checkpoint.step_dir(out, 50)
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+
+    other = tmp_path / "other.yaml"
+    other.write_text((ROOT / "configs" / "minimum.yaml").read_text()
+                     .replace("lr: 0.5", "lr: 0.25"))
+    _one_line_refusal(_cli("train", "--resume", stop, "--config", other, "--out", out),
+                      "train.lr: 0.5 in the checkpoint, 0.25 now")
+    _one_line_refusal(_cli("train", "--resume", stop, "--world-size", 3, "--out", out),
+                      "world size 2, this run has 3")
+
+    edited = tmp_path / "edited" / "step-0050"
+    shutil.copytree(stop, edited)
+    trainer = json.loads((edited / "trainer.json").read_text())
+    trainer["data_lock"] = "f" * 64
+    (edited / "trainer.json").write_text(json.dumps(trainer))
+    manifest = json.loads((edited / "manifest.json").read_text())
+    manifest["files"]["trainer.json"] = checkpoint._sha256(edited / "trainer.json")
+    (edited / "manifest.json").write_text(json.dumps(manifest))
+    _one_line_refusal(_cli("train", "--resume", edited, "--out", tmp_path / "x"),
+                      "data lock ffffffffffff differs")
+
+    truncated = tmp_path / "trunc" / "checkpoints" / "step-0050"
+    shutil.copytree(stop, truncated)
+    model = truncated / "model.pt"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    _one_line_refusal(_cli("train", "--resume", truncated, "--out", tmp_path / "y"),
+                      "model.pt: sha256 mismatch")
+    check = _cli("check-checkpoints", "--out", tmp_path / "trunc")
+    assert check.returncode == 1 and "BAD  checkpoints/step-0050" in check.stdout
+    assert "model.pt" in check.stderr
+
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+    good = _cli("check-checkpoints", "--out", out)
+    assert good.returncode == 0 and good.stdout.count("ok   ") == 8, good.stdout
+
+
+def test_compare_prints_the_diff(protocol_run):
+    out, _ = protocol_run
+    proc = _cli("compare", checkpoint.step_dir(out, 100),
+                checkpoint.step_dir(protocol.continuous_dir(out), 100))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["max_abs_param_diff"] == 0.0 and result["compared_values"] == 112_480
+    far = json.loads(_cli("compare", checkpoint.step_dir(out, 25),
+                          checkpoint.step_dir(out, 100)).stdout)
+    assert far["max_abs_param_diff"] > 0
