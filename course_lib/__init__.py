@@ -3,15 +3,17 @@
 from .arithmetic import counter_example, global_mean, mean_of_means
 from .config import Config, ConfigError
 from .launch import LaunchError
+
+# protocol.reference is not re-exported: it would shadow the reference module.
 from .protocol import (
     evaluate_run,
     exercise,
     load_config,
     parity,
     prepare,
-    reference,
     resume_check,
     run_all,
+    stop_and_continuous,
     summary,
     train,
 )
@@ -19,6 +21,6 @@ from .protocol import (
 __all__ = [
     "Config", "ConfigError", "LaunchError", "counter_example", "evaluate_run",
     "exercise", "global_mean", "load_config", "mean_of_means", "parity", "prepare",
-    "reference", "resume_check", "run_all", "summary", "train",
+    "resume_check", "run_all", "stop_and_continuous", "summary", "train",
 ]
 __version__ = "0.1.0"

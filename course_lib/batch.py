@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = Path(args.out) if args.out else root / "runs" / "notebooks"
     timings = run_chapters(selected, out_dir)
-    print(f"\nExecuted {len(timings)} chapter(s) into {out_dir.relative_to(root)}/")
+    shown = out_dir.relative_to(root) if out_dir.is_relative_to(root) else out_dir
+    print(f"\nExecuted {len(timings)} chapter(s) into {shown}/")
     for name, seconds in timings:
         print(f"  {name:<32} {seconds:6.1f} s")
     print(f"  {'total':<32} {sum(s for _, s in timings):6.1f} s\n")

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from . import progress as progress_mod
 from .config import Config
-from .worker import PROGRESS_PREFIX
+from .progress import PROGRESS_PREFIX
 
 
 class LaunchError(RuntimeError):
@@ -350,7 +350,8 @@ def diagnose(out: Path, jobs: list[dict], since: float, kind: str, why: str,
         rank = min(logs, key=lambda r: _last_step(logs[r]) or 0)
     step = _last_step(logs.get(rank, [])) if rank is not None else None
     paths = [p for p, _ in logs.get(rank, [])]
-    tail = _tail_of(paths[-1]) if paths else "\n".join(output[-15:])
+    tail = "\n".join(filter(None, [_tail_of(paths[-1]) if paths else "",
+                                   "--- torchrun output ---", *output[-15:]]))
     who = f"rank {rank}" if rank is not None else "the job"
     msg = f"{who} failed at step {step}: {why}"
     if progress_line:

@@ -28,10 +28,11 @@ def length_histograms(corpus: Corpus, bands: list[tuple[int, int]],
     """Sequence lengths of the split, coloured by the rank whose band holds them."""
     fig, (ax,) = _figure()
     lengths = corpus.lengths(split)
-    edges = list(range(min(lengths), max(lengths) + 2, 4))
     for rank, (lo, hi) in enumerate(bands):
         mine = [n for n in lengths if lo <= n <= hi]
-        ax.hist(mine, bins=edges, color=rank_color(rank), alpha=0.85,
+        # Bins per band, so no bin straddles two ranks.
+        edges = [min(lo - 0.5 + 4 * k, hi + 0.5) for k in range((hi - lo) // 4 + 2)]
+        ax.hist(mine, bins=sorted(set(edges)), color=rank_color(rank), alpha=0.85,
                 label=f"rank {rank}: {lo}-{hi} tokens ({len(mine)} seqs)")
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("sequences")

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
+# Rank 0 prints this prefix followed by JSON; the launcher turns it into progress.
+PROGRESS_PREFIX = "@@progress "
+
 
 class Progress:
     def update(self, job: str, done: int, total: int, label: str = "") -> None:

@@ -131,11 +131,37 @@ def train(cfg: Config, out: Path, *, stop_at: int | None = None,
     return Path(job["run_dir"])
 
 
-def resume_check(cfg: Config, out: Path, **kw) -> reports.ResumeReport:
+def stop_and_continuous(cfg: Config, out: Path, **kw) -> tuple[Path, Path]:
+    """The stopped run and the continuous control, in one launch.
+
+    Both start from scratch (fresh_state), so sharing a process carries
+    nothing from one to the other.
+    """
+    out = Path(out)
+    jobs = [train_job(out, "stop", cfg.train.stop_at),
+            train_job(continuous_dir(out), "continuous", cfg.train.updates)]
+    _launch(cfg, out, jobs, **kw)
+    return out, continuous_dir(out)
+
+
+def resume_check(cfg: Config, out: Path, resume: bool = False,
+                 **kw) -> reports.ResumeReport:
+    """Compare the resumed run with the continuous one, then the ablations.
+
+    ``resume=True`` first resumes from the stop checkpoint in this same, new
+    launch, so nothing but the checkpoint links it to the stopped run.
+    """
+    out = Path(out)
     job = ablation_job(out, cfg)
-    for key in ("resume_from", "resumed", "continuous"):
+    jobs = [job]
+    if resume:
+        stop = Path(job["resume_from"])
+        jobs.insert(0, train_job(out, "resume", cfg.train.updates, stop))
+    checked = ("resume_from", "continuous") if resume else (
+        "resume_from", "resumed", "continuous")
+    for key in checked:
         check_resumable(cfg, Path(job[key]), kw.get("world_size"), kw.get("data_dir"))
-    _launch(cfg, out, [job], **kw)
+    _launch(cfg, out, jobs, **kw)
     return reports.load(out, "resume")
 
 
@@ -189,15 +215,10 @@ def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
     first = [parity_job()]
     if exercise_cfg is not None:
         first.append(exercise_job(exercise_cfg))
-    first += [
-        train_job(out, "stop", cfg.train.stop_at),
-        train_job(continuous_dir(out), "continuous", cfg.train.updates),
-    ]
+    first += [train_job(out, "stop", cfg.train.stop_at),
+              train_job(continuous_dir(out), "continuous", cfg.train.updates)]
     _launch(cfg, out, first, **kw)
-    stop = checkpoint.step_dir(out, cfg.train.stop_at)
-    check_resumable(cfg, stop, kw.get("world_size"), data_dir)
-    _launch(cfg, out, [train_job(out, "resume", cfg.train.updates, stop),
-                       ablation_job(out, cfg)], **kw)
+    resume_check(cfg, out, resume=True, **kw)
     evaluate_run(cfg, out, checkpoint.step_dir(out, cfg.train.updates), data_dir)
     return summary(out)
 

@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -37,9 +38,8 @@ from .config import Config, from_dict
 from .data import Corpus, collate, load_corpus, make_sampler
 from .model import build_model
 from .normalize import MODES, accumulate_window
+from .progress import PROGRESS_PREFIX
 from .reference import compare, flat_grad, reference_gradient
-
-PROGRESS_PREFIX = "@@progress "
 
 
 @dataclass
@@ -309,6 +309,10 @@ def job_train(ctx: Ctx, spec: dict) -> None:
         state = resume_state(ctx, Path(spec["resume"]))
         ctx.log("resumed", run=spec["label"], step=state.step, path=spec["resume"])
     else:
+        if ctx.rank == 0:
+            # A fresh run owns its run directory's trajectory: checkpoints
+            # left by an earlier trajectory must never be resumed from.
+            shutil.rmtree(ctx.out / "checkpoints", ignore_errors=True)
         state = fresh_state(ctx)
     train_steps(ctx, state, spec["stop"], ctx.out, spec["label"])
 
@@ -478,6 +482,9 @@ def run_jobs(ctx: Ctx, jobs: list[dict]) -> None:
         else:
             raise ValueError(f"unknown job {spec['job']!r}")
         ctx.log("done")
+    # Leave together: a rank that tears down while another still writes its
+    # report can make the job fail after every job succeeded.
+    dist.barrier()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,433 @@
+"""The course's ipywidgets explorers.
+
+The logic lives in pure functions (``explorer_state``, ``theta_state``,
+``grade_prediction``); the widget classes only render what those return.
+Tests drive the widgets by setting ``.value`` on their sliders.
+
+Figures are drawn once with matplotlib's Agg backend; every change updates
+the artists (bar heights, markers, text) and swaps a fresh PNG into an
+``ipywidgets.Image``. Swapping the image's value is atomic, so nothing
+flickers and no figure is rebuilt.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+
+import ipywidgets as w
+from matplotlib.figure import Figure
+
+from . import arithmetic
+from .style import COLORS, LABELS, rank_color
+
+MAX_RANKS = 8
+MAX_TOKENS = 128
+MAX_LOSS = 5.0
+# Defaults: rank 0 and 1 give the 12/36 counter-example; the others are
+# there when the learner raises W.
+DEFAULT_TOKENS = (12, 36, 24, 48, 8, 60, 16, 30)
+DEFAULT_LOSSES = (1.0, 3.0, 2.0, 1.5, 2.5, 0.5, 3.5, 1.0)
+THETA_RANGE = (-2.0, 2.0)
+BIAS_COLOR = "#e08214"
+
+
+def fmt4(x: float) -> str:
+    """Four decimals, without a stray '-0.0000'."""
+    s = f"{x:.4f}"
+    return "0.0000" if s == "-0.0000" else s
+
+
+# --- pure logic ----------------------------------------------------------------
+
+
+def explorer_state(tokens: Sequence[int], losses: Sequence[float],
+                   world_size: int | None = None) -> dict:
+    """Everything the token explorer shows, for the first ``world_size`` ranks.
+
+    ``tokens[r]`` is rank r's count of supervised tokens N_r and ``losses[r]``
+    its loss per token, so its loss sum is S_r = N_r * losses[r].
+    """
+    world = len(tokens) if world_size is None else int(world_size)
+    if not 1 <= world <= min(len(tokens), len(losses)):
+        raise ValueError(f"world_size must be in [1, {min(len(tokens), len(losses))}]")
+    counts = [int(n) for n in tokens[:world]]
+    per_token = [float(x) for x in losses[:world]]
+    sums = [n * x for n, x in zip(counts, per_token, strict=True)]
+    mom = arithmetic.mean_of_means(sums, counts)
+    glob = arithmetic.global_mean(sums, counts)
+    w_global = arithmetic.token_weights(counts, "global")
+    w_mom = arithmetic.token_weights(counts, "mean_of_means")
+    return {
+        "world_size": world,
+        "tokens": counts,
+        "global_tokens": sum(counts),
+        "losses": per_token,
+        "loss_sums": sums,
+        "local_means": [s / n for s, n in zip(sums, counts, strict=True)],
+        "mean_of_means": mom,
+        "global_mean": glob,
+        "bias": mom - glob,
+        "token_weights": {"global": w_global, "mean_of_means": w_mom},
+        # Share of the final number carried by each rank's tokens.
+        "rank_shares": {
+            "global": arithmetic.rank_weights(counts),
+            "mean_of_means": [1 / world] * world,
+        },
+        # How much heavier the lightest rank's token is than the heaviest's.
+        "weight_ratio": max(w_mom) / min(w_mom),
+        "scaled_local_losses": arithmetic.scaled_local_losses(sums, counts),
+    }
+
+
+def theta_state(theta: float, counts: Sequence[int] = (12, 36),
+                targets: Sequence[float] = (1.0, -1.0)) -> dict:
+    """Loss and gradient of both schemes at ``theta`` (the one-parameter example)."""
+    ex = arithmetic.theta_example(float(theta), counts, targets)
+    return {"theta": float(theta), **ex,
+            "loss_gap": ex["loss_mean_of_means"] - ex["loss_global"],
+            "grad_gap": ex["grad_mean_of_means"] - ex["grad_global"]}
+
+
+def theta_curves(n: int = 161, counts: Sequence[int] = (12, 36),
+                 targets: Sequence[float] = (1.0, -1.0)) -> dict:
+    """Loss and gradient curves over THETA_RANGE, for both schemes."""
+    lo, hi = THETA_RANGE
+    thetas = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+    rows = [arithmetic.theta_example(t, counts, targets) for t in thetas]
+    return {"theta": thetas, **{k: [r[k] for r in rows] for k in rows[0]}}
+
+
+def grade_prediction(predicted: Mapping[str, float | None],
+                     truth: Mapping[str, float], tol: float = 1e-3) -> dict:
+    """Compare each predicted value with the truth, within ``tol`` (absolute).
+
+    Returns ``{"values": {key: {...}}, "n_correct", "n_total", "all_correct"}``.
+    A missing, empty or non-finite prediction counts as wrong.
+    """
+    values = {}
+    for key, true in truth.items():
+        guess = predicted.get(key)
+        ok_number = isinstance(guess, (int, float)) and math.isfinite(guess)
+        error = abs(guess - true) if ok_number else None
+        values[key] = {
+            "predicted": guess,
+            "truth": true,
+            "error": error,
+            "correct": error is not None and error <= tol,
+        }
+    n_correct = sum(v["correct"] for v in values.values())
+    return {"values": values, "n_correct": n_correct, "n_total": len(values),
+            "all_correct": n_correct == len(values), "tol": tol}
+
+
+# --- rendering helpers -----------------------------------------------------------
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return buf.getvalue()
+
+
+def _readout(text: str, color: str) -> str:
+    return f'<span style="color:{color};font-size:1.1em"><b>{text}</b></span>'
+
+
+class _Displayable:
+    """Show ``self.widget`` when the object itself is a cell's value."""
+
+    widget: w.Widget
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+# --- token explorer ----------------------------------------------------------------
+
+
+class TokenExplorer(_Displayable):
+    """Vary each rank's token count and loss per token, and the number of ranks.
+
+    Left panel: the weight of ONE token of each rank under each scheme
+    (global: 1/N; mean of means: 1/(W*N_r)). Right panel: the two means,
+    with the bias between them.
+    """
+
+    def __init__(self, tokens: Sequence[int] = DEFAULT_TOKENS,
+                 losses: Sequence[float] = DEFAULT_LOSSES, world_size: int = 2):
+        tokens = list(tokens) + list(DEFAULT_TOKENS[len(tokens):])
+        losses = list(losses) + list(DEFAULT_LOSSES[len(losses):])
+        style = {"description_width": "110px"}
+        self.tokens = [
+            w.IntSlider(value=tokens[r], min=1, max=MAX_TOKENS, step=1,
+                        description=f"rank {r} tokens", style=style)
+            for r in range(MAX_RANKS)
+        ]
+        self.losses = [
+            w.FloatSlider(value=losses[r], min=0.0, max=MAX_LOSS, step=0.05,
+                          description=f"rank {r} loss/token", readout_format=".2f",
+                          style=style)
+            for r in range(MAX_RANKS)
+        ]
+        for r, (t, x) in enumerate(zip(self.tokens, self.losses, strict=True)):
+            t.add_class(f"course-tokens-r{r}")
+            x.add_class(f"course-loss-r{r}")
+        self.world_size = w.IntSlider(value=world_size, min=1, max=MAX_RANKS,
+                                      description="ranks W", style=style)
+        self.world_size.add_class("course-world-size")
+        self.global_readout = w.HTML()
+        self.global_readout.add_class("course-global-mean")
+        self.mom_readout = w.HTML()
+        self.mom_readout.add_class("course-mean-of-means")
+        self.bias_readout = w.HTML()
+        self.bias_readout.add_class("course-bias")
+        self.weight_readout = w.HTML()
+        self.weight_readout.add_class("course-weight-ratio")
+        self.image = w.Image(format="png", layout=w.Layout(width="720px"))
+        self.image.add_class("course-token-figure")
+        self.rows = [w.HBox([t, x]) for t, x in zip(self.tokens, self.losses,
+                                                     strict=True)]
+        readouts = w.HBox([self.mom_readout, self.global_readout, self.bias_readout],
+                          layout=w.Layout(justify_content="space-around"))
+        self.widget = w.VBox([self.world_size, *self.rows, readouts,
+                              self.weight_readout, self.image])
+        self._build_figure()
+        for s in [self.world_size, *self.tokens, *self.losses]:
+            s.observe(self._on_change, names="value")
+        self.state: dict = {}
+        self.update()
+
+    # The figure is built once; update() only moves its artists.
+    def _build_figure(self) -> None:
+        fig = Figure(figsize=(9.0, 3.2), layout="constrained")
+        self.fig = fig
+        left, right = fig.subplots(1, 2, width_ratios=[2, 1])
+        self.ax_weights, self.ax_means = left, right
+        xs = range(MAX_RANKS)
+        self.bars_global = left.bar([x - 0.2 for x in xs], [0] * MAX_RANKS,
+                                    width=0.4, color=COLORS["global_token"],
+                                    label="global mean: 1/N")
+        self.bars_mom = left.bar([x + 0.2 for x in xs], [0] * MAX_RANKS, width=0.4,
+                                 color=COLORS["mean_of_means"],
+                                 label="mean of means: 1/(W·N_r)")
+        left.set_ylabel("weight of one token")
+        left.set_title("What one token of each rank weighs")
+        left.legend(frameon=False, loc="upper right", fontsize=8)
+        self.mean_bars = right.bar([0, 1], [0, 0], width=0.6,
+                                   color=[COLORS["mean_of_means"],
+                                          COLORS["global_token"]])
+        right.set_xticks([0, 1], ["mean of\nmeans", "global\nmean"])
+        right.set_title("The two means")
+        self.mean_texts = [right.text(i, 0, "", ha="center", va="bottom",
+                                      fontsize=9) for i in (0, 1)]
+        # The bias: a step from one bar's top to the other's.
+        (self.bias_line,) = right.plot([0.3, 0.5, 0.5, 0.7], [0, 0, 0, 0],
+                                       color=BIAS_COLOR, lw=2.5)
+        self.bias_text = right.text(0.5, 0, "", color=BIAS_COLOR, fontsize=9,
+                                    fontweight="bold", va="bottom", ha="center")
+        right.set_xlim(-0.5, 1.5)
+
+    def _on_change(self, change) -> None:
+        self.update()
+
+    def values(self) -> tuple[list[int], list[float], int]:
+        return ([s.value for s in self.tokens], [s.value for s in self.losses],
+                self.world_size.value)
+
+    def update(self) -> dict:
+        tokens, losses, world = self.values()
+        st = explorer_state(tokens, losses, world)
+        self.state = st
+        for r, row in enumerate(self.rows):
+            shown = None if r < world else "none"
+            for box in (row, self.tokens[r], self.losses[r]):
+                box.layout.display = shown
+        mom, glob, bias = st["mean_of_means"], st["global_mean"], st["bias"]
+        self.mom_readout.value = _readout(f"mean of means: {fmt4(mom)}",
+                                          COLORS["mean_of_means"])
+        self.global_readout.value = _readout(f"global mean: {fmt4(glob)}",
+                                             COLORS["global_token"])
+        self.bias_readout.value = _readout(f"bias: {fmt4(bias)}", BIAS_COLOR)
+        self.weight_readout.value = (
+            f"Under the mean of means the lightest rank's token weighs "
+            f"<b>{st['weight_ratio']:.2f}x</b> the heaviest rank's token; "
+            f"under the global mean every token weighs 1/N = "
+            f"1/{st['global_tokens']}."
+        )
+        self._draw(st)
+        return st
+
+    def _draw(self, st: dict) -> None:
+        world = st["world_size"]
+        wg, wm = st["token_weights"]["global"], st["token_weights"]["mean_of_means"]
+        for r in range(MAX_RANKS):
+            visible = r < world
+            for bars, ws in ((self.bars_global, wg), (self.bars_mom, wm)):
+                bars[r].set_height(ws[r] if visible else 0.0)
+                bars[r].set_visible(visible)
+        ax = self.ax_weights
+        ax.set_xlim(-0.6, world - 0.4)
+        ax.set_xticks(range(world), [f"rank {r}\n{n} tok" for r, n in
+                                     enumerate(st["tokens"])])
+        for r, label in enumerate(ax.get_xticklabels()):
+            label.set_color(rank_color(r))
+        ax.set_ylim(0, 1.25 * max(wg + wm))
+        mom, glob = st["mean_of_means"], st["global_mean"]
+        for bar, text, value in zip(self.mean_bars, self.mean_texts, (mom, glob),
+                                    strict=True):
+            bar.set_height(value)
+            text.set_position((text.get_position()[0], value))
+            text.set_text(fmt4(value))
+        top = max(mom, glob, 1e-6)
+        self.ax_means.set_ylim(0, 1.4 * top)
+        self.bias_line.set_ydata([mom, mom, glob, glob])
+        self.bias_text.set_position((0.5, 1.16 * top))
+        self.bias_text.set_text(f"bias {fmt4(st['bias'])}")
+        self.image.value = _png(self.fig)
+
+
+# --- theta explorer ------------------------------------------------------------------
+
+
+class ThetaExplorer(_Displayable):
+    """One parameter, squared error: rank 0 holds 12 targets +1, rank 1 36 targets -1.
+
+    At theta = 0 both schemes report the same loss (1) but their gradients
+    differ (0 vs 1): equal losses do not prove equal gradients.
+    """
+
+    def __init__(self, theta: float = 0.0, counts: Sequence[int] = (12, 36),
+                 targets: Sequence[float] = (1.0, -1.0)):
+        self.counts, self.targets = tuple(counts), tuple(targets)
+        self.theta = w.FloatSlider(value=theta, min=THETA_RANGE[0],
+                                   max=THETA_RANGE[1], step=0.01, description="theta",
+                                   readout_format=".2f")
+        self.theta.add_class("course-theta")
+        self.loss_readout = w.HTML()
+        self.loss_readout.add_class("course-theta-loss")
+        self.grad_readout = w.HTML()
+        self.grad_readout.add_class("course-theta-grad")
+        self.image = w.Image(format="png", layout=w.Layout(width="720px"))
+        self.image.add_class("course-theta-figure")
+        self.widget = w.VBox([self.theta, self.loss_readout, self.grad_readout,
+                              self.image])
+        self._build_figure()
+        self.theta.observe(lambda change: self.update(), names="value")
+        self.state: dict = {}
+        self.update()
+
+    def _build_figure(self) -> None:
+        curves = theta_curves(counts=self.counts, targets=self.targets)
+        fig = Figure(figsize=(9.0, 3.0), layout="constrained")
+        self.fig = fig
+        self.ax_loss, self.ax_grad = fig.subplots(1, 2)
+        self.markers = {}
+        for ax, kind, title in ((self.ax_loss, "loss", "loss per token"),
+                                (self.ax_grad, "grad", "gradient d loss / d theta")):
+            for scheme, key in (("mean_of_means", "mean_of_means"),
+                                ("global_token", "global")):
+                ys = curves[f"{kind}_{key}"]
+                ax.plot(curves["theta"], ys, color=COLORS[scheme], lw=1.8,
+                        label=LABELS[scheme] if scheme == "mean_of_means"
+                        else "global token mean")
+                (self.markers[kind, key],) = ax.plot([0], [0], "o", ms=8,
+                                                     color=COLORS[scheme])
+            ax.axhline(0, color="0.8", lw=0.8)
+            ax.set_xlabel("theta")
+            ax.set_title(title)
+        self.vlines = [ax.axvline(0, color="0.5", lw=0.8, ls=":")
+                       for ax in (self.ax_loss, self.ax_grad)]
+        self.ax_loss.legend(frameon=False, fontsize=8, loc="upper center")
+
+    def update(self) -> dict:
+        st = theta_state(self.theta.value, self.counts, self.targets)
+        self.state = st
+        self.loss_readout.value = (
+            "loss: "
+            + _readout(f"mean of means {fmt4(st['loss_mean_of_means'])}",
+                       COLORS["mean_of_means"])
+            + " &nbsp;|&nbsp; "
+            + _readout(f"global {fmt4(st['loss_global'])}", COLORS["global_token"])
+        )
+        self.grad_readout.value = (
+            "gradient: "
+            + _readout(f"mean of means {fmt4(st['grad_mean_of_means'])}",
+                       COLORS["mean_of_means"])
+            + " &nbsp;|&nbsp; "
+            + _readout(f"global {fmt4(st['grad_global'])}", COLORS["global_token"])
+        )
+        t = st["theta"]
+        for kind in ("loss", "grad"):
+            for key in ("mean_of_means", "global"):
+                self.markers[kind, key].set_data([t], [st[f"{kind}_{key}"]])
+        for line in self.vlines:
+            line.set_xdata([t, t])
+        self.image.value = _png(self.fig)
+        return st
+
+
+# --- prediction (chapter 08) -----------------------------------------------------------
+
+
+PREDICTION_KEYS = ("mean_of_means", "global_mean")
+PREDICTION_LABELS = {"mean_of_means": "mean of means", "global_mean": "global mean"}
+
+
+def truth_from_report(report, scenario: str = "skewed") -> dict:
+    """The true means of one exercise scenario (an ExerciseReport or its dict)."""
+    scenarios = report["scenarios"] if isinstance(report, Mapping) else report.scenarios
+    for sc in scenarios:
+        if sc["name"] == scenario:
+            return {k: float(sc[k]) for k in PREDICTION_KEYS}
+    names = ", ".join(sc["name"] for sc in scenarios)
+    raise ValueError(f"no scenario {scenario!r} in the report (have: {names})")
+
+
+class PredictionWidget(_Displayable):
+    """Type a prediction of both means, then press Check.
+
+    The true values stay hidden until ``check()`` runs (the button calls it).
+    """
+
+    def __init__(self, truth: Mapping[str, float] | None = None, *, report=None,
+                 scenario: str = "skewed", tol: float = 1e-3):
+        if truth is None and report is None:
+            raise ValueError("give the true values (truth=...) or a report")
+        self._truth = dict(truth) if truth is not None else truth_from_report(
+            report, scenario)
+        self.tol = tol
+        style = {"description_width": "150px"}
+        self.inputs = {
+            key: w.FloatText(value=0.0, description=f"your {PREDICTION_LABELS[key]}",
+                             style=style)
+            for key in PREDICTION_KEYS
+        }
+        self.inputs["mean_of_means"].add_class("course-predict-mom")
+        self.inputs["global_mean"].add_class("course-predict-global")
+        self.button = w.Button(description="Check", button_style="primary")
+        self.button.add_class("course-predict-check")
+        self.verdict = w.HTML("<i>Type your two numbers, then press Check.</i>")
+        self.verdict.add_class("course-predict-verdict")
+        self.button.on_click(lambda _: self.check())
+        self.result: dict | None = None
+        self.widget = w.VBox([*self.inputs.values(), self.button, self.verdict])
+
+    def check(self) -> dict:
+        predicted = {k: box.value for k, box in self.inputs.items()}
+        self.result = grade_prediction(predicted, self._truth, self.tol)
+        lines = []
+        for key, v in self.result["values"].items():
+            mark, color = (("right", COLORS["global_token"]) if v["correct"]
+                           else ("not quite", COLORS["mean_of_means"]))
+            lines.append(
+                f'<span style="color:{color}"><b>{PREDICTION_LABELS[key]}: {mark}'
+                f"</b></span> (you: {fmt4(v['predicted'])}, "
+                f"truth: {fmt4(v['truth'])})"
+            )
+        r = self.result
+        lines.append(f"{r['n_correct']}/{r['n_total']} right "
+                     f"(tolerance {self.tol:g}).")
+        self.verdict.value = "<br>".join(lines)
+        return self.result
