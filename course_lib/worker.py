@@ -8,6 +8,7 @@ the device and the jobs to run, in order, inside one launch:
   train                   stop / continuous / resume (one window per update)
   ablations               resume-check: full resume vs continuous + ablations
   smoke                   one all_reduce, to check the environment
+  bench                   time windows in both modes -> benchmark.json
 
 Every rank appends JSON lines to ``<out>/logs/<job>-rank<R>.jsonl``; rank 0
 writes the reports and prints ``@@progress`` lines for the launcher.
@@ -460,6 +461,42 @@ def job_smoke(ctx: Ctx) -> None:
     ctx.progress("smoke", 1, 1)
 
 
+def job_bench(ctx: Ctx, spec: dict) -> None:
+    """Time whole windows (forward, backward, DDP sync) in both modes.
+
+    Modes alternate window by window over the same windows, so drift and
+    warm-up hit both alike. Rank 0 writes the medians to benchmark.json.
+    """
+    import statistics
+
+    cfg = ctx.cfg
+    model = build_model(cfg).to(ctx.device).train()
+    ddp = _wrap(ctx, model)
+    sampler = make_sampler(cfg, ctx.corpus, ctx.world_size)
+    windows = [_rank_microbatches(ctx, cfg, sampler.next_window(), ctx.rank)
+               for _ in range(spec["windows"])]
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for i in range(spec["warmup"] + spec["repeats"]):
+        micro = windows[i % len(windows)]
+        for mode in (MODES if i % 2 else MODES[::-1]):
+            dist.barrier()
+            started = time.perf_counter()
+            accumulate_window(ddp, micro, mode, ctx.world_size)
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)
+            if i >= spec["warmup"]:
+                times[mode].append(time.perf_counter() - started)
+        ctx.progress("bench", i + 1, spec["warmup"] + spec["repeats"])
+    if ctx.rank == 0:
+        med = {m: statistics.median(t) for m, t in times.items()}
+        reports.write(ctx.out, "benchmark", {
+            **ctx.header(),
+            "windows_timed_per_mode": spec["repeats"],
+            "median_seconds": med,
+            "ratio_global_over_mean_of_means": med["global_token"] / med["mean_of_means"],
+        })
+
+
 def run_jobs(ctx: Ctx, jobs: list[dict]) -> None:
     base_out = ctx.out
     for spec in jobs:
@@ -479,6 +516,8 @@ def run_jobs(ctx: Ctx, jobs: list[dict]) -> None:
             job_exercise(ctx, spec)
         elif spec["job"] == "smoke":
             job_smoke(ctx)
+        elif spec["job"] == "bench":
+            job_bench(ctx, spec)
         else:
             raise ValueError(f"unknown job {spec['job']!r}")
         ctx.log("done")

@@ -1,0 +1,49 @@
+"""Overhead of the correct normalization: time per DDP window, both modes.
+
+One torchrun launch times whole windows (forward, backward, gradient sync)
+under ``global_token`` (one extra scalar all_reduce per window) and under
+``mean_of_means``, alternating over the same windows, then prints
+median(global_token) / median(mean_of_means). Target: at most 1.05.
+
+    python benchmarks/normalization_overhead.py [--world-size 2] [--repeats 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+from course_lib import launch, paths, protocol, reports
+
+TARGET = 1.05
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--repeats", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=6)
+    args = parser.parse_args()
+    cfg = protocol.load_config()
+    with tempfile.TemporaryDirectory() as tmp:
+        job = {"job": "bench", "windows": 10, "warmup": args.warmup,
+               "repeats": args.repeats}
+        launch.launch(cfg, tmp, [job], data_dir=paths.data_dir(),
+                      world_size=args.world_size, backend=args.backend)
+        r = reports.load(tmp, "benchmark")
+    med = r["median_seconds"]
+    ratio = r["ratio_global_over_mean_of_means"]
+    print(f"{r['world_size']} ranks, {r['backend']} on {r['device']}, "
+          f"{r['windows_timed_per_mode']} windows per mode")
+    for mode, seconds in med.items():
+        print(f"  {mode:<14} median {1000 * seconds:7.2f} ms per window")
+    verdict = "within" if ratio <= TARGET else "ABOVE"
+    print(f"overhead ratio global_token / mean_of_means: {ratio:.3f} "
+          f"({verdict} the {TARGET} target)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
