@@ -229,7 +229,7 @@ def launch(cfg: Config, out: Path, jobs: list[dict], *, data_dir: Path,
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
     sink = progress or progress_mod.make()
-    started, tail = time.monotonic(), deque(maxlen=200)
+    started, tail = time.monotonic(), deque(maxlen=2000)
     wall_start = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1, env=env, start_new_session=True)
@@ -262,6 +262,8 @@ def launch(cfg: Config, out: Path, jobs: list[dict], *, data_dir: Path,
         kill_tree(proc)
         sink.close()
     seconds = time.monotonic() - started
+    (out / "logs").mkdir(exist_ok=True)
+    (out / "logs" / "torchrun.log").write_text("\n".join(tail) + "\n")
     if failure is None and proc.returncode == 0:
         return LaunchResult(0, seconds, placement, list(tail))
     kind, why = failure or ("error", f"torchrun exited with code {proc.returncode}")

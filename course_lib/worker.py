@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import gc
 import json
 import os
 import random
@@ -71,6 +72,11 @@ class Ctx:
         f.write(json.dumps({"event": event, "job": self.job, "rank": self.rank,
                             "time": time.time(), **fields}) + "\n")
         f.flush()
+
+    def close(self) -> None:
+        for f in self._logs.values():
+            f.close()
+        self._logs.clear()
 
     def progress(self, task: str, done: int, total: int) -> None:
         if self.rank == 0:
@@ -526,6 +532,19 @@ def run_jobs(ctx: Ctx, jobs: list[dict]) -> None:
     dist.barrier()
 
 
+def _shutdown() -> None:
+    """Tear the process group down while the interpreter is fully alive.
+
+    DDP's reducer keeps the gloo group alive; if it is only collected during
+    interpreter finalization, gloo's threads die with "terminate called
+    without an active exception" (SIGABRT) after every job succeeded.
+    """
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course_lib.worker")
     parser.add_argument("--run-file", required=True)
@@ -537,17 +556,22 @@ def main(argv: list[str] | None = None) -> int:
         run_jobs(ctx, run["jobs"])
         return 0
     except Exception as exc:
+        traceback.print_exc()
         if ctx is not None:
             ctx.log("error", step=ctx.step, message=f"{type(exc).__name__}: {exc}",
                     traceback=traceback.format_exc())
             where = f" at step {ctx.step}" if ctx.step is not None else ""
             print(f"rank {ctx.rank} failed in {ctx.job}{where}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        raise
+        return 1
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if ctx is not None:
+            ctx.close()
+        _shutdown()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter finalization: nothing is left to clean up
