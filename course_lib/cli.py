@@ -293,7 +293,8 @@ def build_parser() -> Parser:
     add("check-loss", cmd_check_loss, "the 12/36 counter-example as JSON")
     add("reference", cmd_reference, "single-process reference gradient")
     add("parity", cmd_parity, "DDP vs reference gradients -> reports/parity.json", True)
-    p = add("train", cmd_train, "stop at K, continuous, or resume", True)
+    p = add("train", cmd_train, "stop at K (default), continuous, or resume; a fresh "
+            "run replaces the checkpoints of any earlier trajectory in its run dir", True)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--continuous", action="store_true")
     mode.add_argument("--resume", default=None, metavar="CKPT_DIR")

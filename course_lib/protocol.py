@@ -58,6 +58,7 @@ def reference(cfg: Config, out: Path, data_dir: Path | None = None,
     torch.save(grad, out / "reports" / "reference_grad.pt")
     report = {
         "device": "cpu",
+        "backend": "none (single process)",
         "dtype": cfg.train.dtype,
         "step": cfg.parity.step,
         "world_size_of_plan": world_size,
@@ -185,6 +186,8 @@ def evaluate_run(cfg: Config, out: Path, ckpt: Path | None = None,
     after = evaluate(trained, data)
     before = evaluate(build_model(cfg), data)
     report = {
+        "device": "cpu",
+        "backend": "none (single process)",
         "checkpoint": str(Path(ckpt).resolve().relative_to(out.resolve())),
         "step": trainer["step"],
         "test_sequences": after["sequences"],

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import checkpoint, reports
+from . import arithmetic, checkpoint, reports
 from .config import Config, from_dict
 from .data import Corpus, collate, load_corpus, make_sampler
 from .model import build_model
@@ -49,11 +49,9 @@ class Ctx:
     cfg: Config
     rank: int
     world_size: int
-    local_rank: int
     backend: str
     device: torch.device
     out: Path
-    data_dir: Path
     corpus: Corpus
     fault: dict = field(default_factory=dict)
     job: str = "setup"
@@ -128,9 +126,9 @@ def setup(run: dict) -> Ctx:
         device_id=device if backend == "nccl" else None,
     )
     cfg = from_dict(run["config"])
-    data_dir = Path(run["data_dir"])
-    ctx = Ctx(cfg, rank, world_size, local_rank, backend, device, Path(run["out"]),
-              data_dir, load_corpus(cfg, data_dir), run.get("fault") or {})
+    corpus = load_corpus(cfg, Path(run["data_dir"]))
+    ctx = Ctx(cfg, rank, world_size, backend, device, Path(run["out"]), corpus,
+              run.get("fault") or {})
     return ctx
 
 
@@ -401,8 +399,6 @@ def _exercise_sequences(cfg: Config, corpus: Corpus, tokens) -> list[list[int]]:
 def job_exercise(ctx: Ctx, spec: dict) -> None:
     cfg = from_dict(spec["config"])
     ex = cfg.exercise
-    from . import arithmetic
-
     results = []
     for i, sc in enumerate(ex.scenarios):
         seqs = _exercise_sequences(cfg, ctx.corpus, sc.tokens)
