@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from . import arithmetic, checkpoint, launch, paths, protocol
+from . import arithmetic, checkpoint, launch, paths, progress, protocol
 from .config import ConfigError
 from .data import DataLockError, lock_record, make_plan
 from .launch import BackendError, LaunchError
@@ -48,7 +48,8 @@ def _data_dir(args) -> Path:
 def _launch_kw(args) -> dict:
     kw = {"data_dir": _data_dir(args), "timeout": args.timeout,
           "backend": getattr(args, "backend", "auto"),
-          "device": getattr(args, "device", "auto")}
+          "device": getattr(args, "device", "auto"),
+          "progress": progress.make(stream=sys.stderr)}
     if getattr(args, "world_size", None):
         kw["world_size"] = args.world_size
     if getattr(args, "nnodes", 1) > 1 or getattr(args, "rdzv_endpoint", None):

@@ -83,7 +83,9 @@ def _in_kernel() -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
-def make(mode: str | None = None) -> Progress:
+def make(mode: str | None = None, stream=None) -> Progress:
+    """``stream``: where text progress goes (default stdout; the CLI passes
+    stderr so that its stdout stays machine-readable)."""
     mode = mode or os.environ.get("COURSE_PROGRESS", "auto")
     if mode == "auto":
         mode = "widget" if _in_kernel() else "tqdm"
@@ -92,5 +94,5 @@ def make(mode: str | None = None) -> Progress:
     if mode == "tqdm":
         return TqdmProgress()
     if mode == "text":
-        return TextProgress()
+        return TextProgress(stream)
     return Progress()

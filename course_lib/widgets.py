@@ -125,6 +125,12 @@ def grade_prediction(predicted: Mapping[str, float | None],
 # --- rendering helpers -----------------------------------------------------------
 
 
+def _tagged(widget: w.DOMWidget, css_class: str) -> w.DOMWidget:
+    """Give a widget the CSS class that tests and the browser test look up."""
+    widget.add_class(css_class)
+    return widget
+
+
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
@@ -174,19 +180,15 @@ class TokenExplorer(_Displayable):
         for r, (t, x) in enumerate(zip(self.tokens, self.losses, strict=True)):
             t.add_class(f"course-tokens-r{r}")
             x.add_class(f"course-loss-r{r}")
-        self.world_size = w.IntSlider(value=world_size, min=1, max=MAX_RANKS,
-                                      description="ranks W", style=style)
-        self.world_size.add_class("course-world-size")
-        self.global_readout = w.HTML()
-        self.global_readout.add_class("course-global-mean")
-        self.mom_readout = w.HTML()
-        self.mom_readout.add_class("course-mean-of-means")
-        self.bias_readout = w.HTML()
-        self.bias_readout.add_class("course-bias")
-        self.weight_readout = w.HTML()
-        self.weight_readout.add_class("course-weight-ratio")
-        self.image = w.Image(format="png", layout=w.Layout(width="720px"))
-        self.image.add_class("course-token-figure")
+        self.world_size = _tagged(w.IntSlider(value=world_size, min=1, max=MAX_RANKS,
+                                              description="ranks W", style=style),
+                                  "course-world-size")
+        self.global_readout = _tagged(w.HTML(), "course-global-mean")
+        self.mom_readout = _tagged(w.HTML(), "course-mean-of-means")
+        self.bias_readout = _tagged(w.HTML(), "course-bias")
+        self.weight_readout = _tagged(w.HTML(), "course-weight-ratio")
+        self.image = _tagged(w.Image(format="png", layout=w.Layout(width="720px")),
+                             "course-token-figure")
         self.rows = [w.HBox([t, x]) for t, x in zip(self.tokens, self.losses,
                                                      strict=True)]
         readouts = w.HBox([self.mom_readout, self.global_readout, self.bias_readout],
@@ -301,16 +303,14 @@ class ThetaExplorer(_Displayable):
     def __init__(self, theta: float = 0.0, counts: Sequence[int] = (12, 36),
                  targets: Sequence[float] = (1.0, -1.0)):
         self.counts, self.targets = tuple(counts), tuple(targets)
-        self.theta = w.FloatSlider(value=theta, min=THETA_RANGE[0],
-                                   max=THETA_RANGE[1], step=0.01, description="theta",
-                                   readout_format=".2f")
-        self.theta.add_class("course-theta")
-        self.loss_readout = w.HTML()
-        self.loss_readout.add_class("course-theta-loss")
-        self.grad_readout = w.HTML()
-        self.grad_readout.add_class("course-theta-grad")
-        self.image = w.Image(format="png", layout=w.Layout(width="720px"))
-        self.image.add_class("course-theta-figure")
+        self.theta = _tagged(w.FloatSlider(value=theta, min=THETA_RANGE[0],
+                                           max=THETA_RANGE[1], step=0.01,
+                                           description="theta", readout_format=".2f"),
+                             "course-theta")
+        self.loss_readout = _tagged(w.HTML(), "course-theta-loss")
+        self.grad_readout = _tagged(w.HTML(), "course-theta-grad")
+        self.image = _tagged(w.Image(format="png", layout=w.Layout(width="720px")),
+                             "course-theta-figure")
         self.widget = w.VBox([self.theta, self.loss_readout, self.grad_readout,
                               self.image])
         self._build_figure()
@@ -406,10 +406,10 @@ class PredictionWidget(_Displayable):
         }
         self.inputs["mean_of_means"].add_class("course-predict-mom")
         self.inputs["global_mean"].add_class("course-predict-global")
-        self.button = w.Button(description="Check", button_style="primary")
-        self.button.add_class("course-predict-check")
-        self.verdict = w.HTML("<i>Type your two numbers, then press Check.</i>")
-        self.verdict.add_class("course-predict-verdict")
+        self.button = _tagged(w.Button(description="Check", button_style="primary"),
+                              "course-predict-check")
+        self.verdict = _tagged(w.HTML("<i>Type your two numbers, then press Check.</i>"),
+                               "course-predict-verdict")
         self.button.on_click(lambda _: self.check())
         self.result: dict | None = None
         self.widget = w.VBox([*self.inputs.values(), self.button, self.verdict])

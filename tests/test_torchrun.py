@@ -300,3 +300,11 @@ def test_compare_prints_the_diff(protocol_run):
     far = json.loads(_cli("compare", checkpoint.step_dir(out, 25),
                           checkpoint.step_dir(out, 100)).stdout)
     assert far["max_abs_param_diff"] > 0
+
+
+def test_check_env_launch_runs_one_all_reduce(tmp_path):
+    proc = _cli("check-env", "--launch", "--out", tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["all_reduce"] == "ok"
+    env = json.loads((tmp_path / "reports" / "environment.json").read_text())
+    assert env["all_reduce"] == 3 and env["world_size"] == 2
