@@ -68,14 +68,14 @@ def accumulate_window(model: nn.Module, microbatches: Sequence[Microbatch],
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     local_count = sum(count_tokens(labels) for _, labels in microbatches)
     if mode == "global_token":
-        # One scalar all_reduce per window, and its only host sync.
+        # One scalar all_reduce per window; N is needed on the host to refuse
+        # an empty window before any backward, the only sync before the loop.
         global_tokens = int(global_count(local_count))
     else:
         global_tokens = -1  # the naive mode never learns N
-    local_tokens = int(local_count)
     model.zero_grad(set_to_none=True)
     no_sync = getattr(model, "no_sync", contextlib.nullcontext)
-    summed = torch.zeros(())
+    summed = torch.zeros((), device=local_count.device)
     last = len(microbatches) - 1
     for index, (inputs, labels) in enumerate(microbatches):
         with no_sync() if index < last else contextlib.nullcontext():
@@ -86,7 +86,7 @@ def accumulate_window(model: nn.Module, microbatches: Sequence[Microbatch],
                 # Negative control: a local mean (0/0 on an empty rank).
                 loss = s / local_count
             loss.backward()
-        summed = summed + s.detach().cpu()
+        summed = summed + s.detach()
         if on_micro_end is not None:
             on_micro_end(index)
-    return WindowStats(local_tokens, global_tokens, float(summed))
+    return WindowStats(int(local_count), global_tokens, float(summed))
