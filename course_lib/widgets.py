@@ -141,6 +141,14 @@ def _readout(text: str, color: str) -> str:
     return f'<span style="color:{color};font-size:1.1em"><b>{text}</b></span>'
 
 
+def _pair_readout(label: str, mean_of_means: float, global_: float) -> str:
+    """One quantity under both schemes, each in its scheme's colour."""
+    return (f"{label}: "
+            + _readout(f"mean of means {fmt4(mean_of_means)}", COLORS["mean_of_means"])
+            + " &nbsp;|&nbsp; "
+            + _readout(f"global {fmt4(global_)}", COLORS["global_token"]))
+
+
 class _Displayable:
     """Show ``self.widget`` when the object itself is a cell's value."""
 
@@ -344,20 +352,10 @@ class ThetaExplorer(_Displayable):
     def update(self) -> dict:
         st = theta_state(self.theta.value, self.counts, self.targets)
         self.state = st
-        self.loss_readout.value = (
-            "loss: "
-            + _readout(f"mean of means {fmt4(st['loss_mean_of_means'])}",
-                       COLORS["mean_of_means"])
-            + " &nbsp;|&nbsp; "
-            + _readout(f"global {fmt4(st['loss_global'])}", COLORS["global_token"])
-        )
-        self.grad_readout.value = (
-            "gradient: "
-            + _readout(f"mean of means {fmt4(st['grad_mean_of_means'])}",
-                       COLORS["mean_of_means"])
-            + " &nbsp;|&nbsp; "
-            + _readout(f"global {fmt4(st['grad_global'])}", COLORS["global_token"])
-        )
+        self.loss_readout.value = _pair_readout("loss", st["loss_mean_of_means"],
+                                                st["loss_global"])
+        self.grad_readout.value = _pair_readout("gradient", st["grad_mean_of_means"],
+                                                st["grad_global"])
         t = st["theta"]
         for kind in ("loss", "grad"):
             for key in ("mean_of_means", "global"):
