@@ -132,6 +132,11 @@ def train(cfg: Config, out: Path, *, stop_at: int | None = None,
     return Path(job["run_dir"])
 
 
+def _stop_and_continuous_jobs(cfg: Config, out: Path) -> list[dict]:
+    return [train_job(out, "stop", cfg.train.stop_at),
+            train_job(continuous_dir(out), "continuous", cfg.train.updates)]
+
+
 def stop_and_continuous(cfg: Config, out: Path, **kw) -> tuple[Path, Path]:
     """The stopped run and the continuous control, in one launch.
 
@@ -139,9 +144,7 @@ def stop_and_continuous(cfg: Config, out: Path, **kw) -> tuple[Path, Path]:
     nothing from one to the other.
     """
     out = Path(out)
-    jobs = [train_job(out, "stop", cfg.train.stop_at),
-            train_job(continuous_dir(out), "continuous", cfg.train.updates)]
-    _launch(cfg, out, jobs, **kw)
+    _launch(cfg, out, _stop_and_continuous_jobs(cfg, out), **kw)
     return out, continuous_dir(out)
 
 
@@ -218,9 +221,7 @@ def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
     first = [parity_job()]
     if exercise_cfg is not None:
         first.append(exercise_job(exercise_cfg))
-    first += [train_job(out, "stop", cfg.train.stop_at),
-              train_job(continuous_dir(out), "continuous", cfg.train.updates)]
-    _launch(cfg, out, first, **kw)
+    _launch(cfg, out, first + _stop_and_continuous_jobs(cfg, out), **kw)
     resume_check(cfg, out, resume=True, **kw)
     evaluate_run(cfg, out, checkpoint.step_dir(out, cfg.train.updates), data_dir)
     return summary(out)
@@ -281,16 +282,19 @@ SECTIONS = {
 def summary(out: Path, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
     """The closing table ("bilan") from whatever reports ``out`` holds."""
     out = Path(out)
+    loaded = {}
+    for name in dict.fromkeys(("parity", *sections)):
+        try:
+            loaded[name] = reports.load(out, name)
+        except FileNotFoundError:
+            pass
     rows = []
     for name in sections:
         make_rows, hint = SECTIONS[name]
-        try:
-            rows += make_rows(reports.load(out, name))
-        except FileNotFoundError:
-            rows.append((name, "missing", hint))
+        rows += make_rows(loaded[name]) if name in loaded else [(name, "missing", hint)]
     header = "no parity report yet"
-    if reports.report_path(out, "parity").is_file():
-        p = reports.load(out, "parity")
+    if "parity" in loaded:
+        p = loaded["parity"]
         header = f"{p.world_size} ranks, {p.backend} on {p.device}" + (
             "" if p.extra.get("nccl_reference_path") else " (not the NCCL reference path)")
     width = max(len(r[0]) for r in rows)

@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -469,8 +470,6 @@ def job_bench(ctx: Ctx, spec: dict) -> None:
     Modes alternate window by window over the same windows, so drift and
     warm-up hit both alike. Rank 0 writes the medians to benchmark.json.
     """
-    import statistics
-
     cfg = ctx.cfg
     model = build_model(cfg).to(ctx.device).train()
     ddp = _wrap(ctx, model)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from course_lib import data, normalize
-from course_lib.model import build_model
+from course_lib.model import build_model, loss_sum
 from course_lib.reference import compare, flat_grad, reference_gradient
 
 
@@ -42,7 +42,6 @@ def test_simulated_ranks_match_the_reference_only_with_the_global_rule(cfg, corp
             if mode == "global_token":
                 model.zero_grad()
                 for inputs, labels in mbs:
-                    from course_lib.model import loss_sum
                     normalize.global_token_loss(loss_sum(model(inputs), labels), n, 2
                                                 ).backward()
             else:
@@ -59,7 +58,6 @@ def test_dividing_again_by_accumulation_halves_the_gradient(cfg, corpus):
     model = build_model(cfg).eval()
     normalize.accumulate_window(model, mbs, "global_token", 1)
     right = flat_grad(model)
-    from course_lib.model import loss_sum
     model.zero_grad()
     n = sum(int((lab != data.IGNORE_INDEX).sum()) for _, lab in mbs)
     for inputs, labels in mbs:
