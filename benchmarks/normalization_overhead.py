@@ -14,7 +14,7 @@ import argparse
 import sys
 import tempfile
 
-from course_lib import launch, paths, protocol, reports
+from course_lib import jobs, launch, paths, protocol, reports
 
 TARGET = 1.05
 
@@ -28,8 +28,7 @@ def main() -> int:
     args = parser.parse_args()
     cfg = protocol.load_config()
     with tempfile.TemporaryDirectory() as tmp:
-        job = {"job": "bench", "windows": 10, "warmup": args.warmup,
-               "repeats": args.repeats}
+        job = jobs.BenchJob(windows=10, warmup=args.warmup, repeats=args.repeats)
         launch.launch(cfg, tmp, [job], data_dir=paths.data_dir(),
                       world_size=args.world_size, backend=args.backend)
         r = reports.load(tmp, "benchmark")

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from . import progress as progress_mod
 from .config import Config
+from .jobs import Job, RunFile, run_dir_of
 from .progress import PROGRESS_PREFIX
 
 
@@ -195,7 +196,7 @@ def _reader(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def launch(cfg: Config, out: Path, jobs: list[dict], *, data_dir: Path,
+def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
            world_size: int | None = None, backend: str = "auto",
            device: str = "auto", timeout: float = 600.0,
            progress: progress_mod.Progress | None = None,
@@ -212,16 +213,9 @@ def launch(cfg: Config, out: Path, jobs: list[dict], *, data_dir: Path,
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / "launch.json"
-    run_file.write_text(json.dumps({
-        "config": cfg.to_dict(),
-        "backend": placement.backend,
-        "device": placement.device,
-        "data_dir": str(Path(data_dir).resolve()),
-        "out": str(out),
-        "jobs": jobs,
-        "fault": fault,
-        "collective_timeout": collective_timeout,
-    }, indent=2))
+    RunFile(config=cfg.to_dict(), backend=placement.backend, device=placement.device,
+            data_dir=str(Path(data_dir).resolve()), out=str(out), jobs=jobs,
+            fault=fault, collective_timeout=collective_timeout).write(run_file)
     nnodes = multinode.nnodes if multinode else 1
     if world_size % nnodes:
         raise BackendError(f"world size {world_size} is not a multiple of {nnodes} nodes")
@@ -270,8 +264,8 @@ def launch(cfg: Config, out: Path, jobs: list[dict], *, data_dir: Path,
     raise diagnose(out, jobs, wall_start, kind, why, list(tail))
 
 
-def _run_dirs(out: Path, jobs: list[dict]) -> list[Path]:
-    dirs = [out] + [Path(j["run_dir"]) for j in jobs if "run_dir" in j]
+def _run_dirs(out: Path, jobs: list[Job]) -> list[Path]:
+    dirs = [out] + [Path(d) for d in map(run_dir_of, jobs) if d]
     return list(dict.fromkeys(dirs))
 
 
@@ -324,7 +318,26 @@ def _root_cause_rank(output: list[str]) -> int | None:
     return None
 
 
-def diagnose(out: Path, jobs: list[dict], since: float, kind: str, why: str,
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer")
+
+
+def _culprit(rec: dict, errors: list, output: list[str]) -> int | None:
+    """The rank at fault when the first error only reports another rank's fate.
+
+    A rank may name the ranks that never finished a step (``stuck``). A rank
+    that lost its gloo peer points at the rank torchrun saw die first, when
+    that one left no error of its own (a C++ abort on mismatched collectives).
+    """
+    if rec.get("stuck"):
+        return rec["stuck"][0]
+    if any(p in rec["message"] for p in PEER_LOST):
+        root = _root_cause_rank(output)
+        if root is not None and root not in {r for _, r, _, _ in errors}:
+            return root
+    return None
+
+
+def diagnose(out: Path, jobs: list[Job], since: float, kind: str, why: str,
              output: list[str]) -> LaunchError:
     """Name the failed rank, its last step and the tail of its log."""
     logs = _read_logs(_run_dirs(out, jobs), since)
@@ -342,8 +355,11 @@ def diagnose(out: Path, jobs: list[dict], since: float, kind: str, why: str,
         step = step if step is not None else _last_step(logs.get(rank, []))
         tb = rec.get("traceback", "").strip().splitlines()[-4:]
         tail = _tail_of(path) + ("\n" + "\n".join(tb) if tb else "")
-        msg = (f"{who} failed in {rec['job']} at step {step}: {rec['message']}"
-               f" [{why}]")
+        what, culprit = f"failed in {rec['job']}", _culprit(rec, errors, output)
+        if culprit is not None:
+            who, what, rank = f"rank {culprit}", what + f" (seen by {who})", culprit
+        at = f" at step {step}" if step is not None else ""
+        msg = f"{who} {what}{at}: {rec['message']} [{why}]"
         return LaunchError(msg + "\n" + tail, rank=rank, step=step, job=rec["job"],
                            log_tail=tail, interrupted=kind == "interrupt")
     rank = _root_cause_rank(output)

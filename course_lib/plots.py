@@ -64,7 +64,7 @@ def _modes(report: reports.ParityReport) -> list[str]:
 
 def parity_scatter(report: reports.ParityReport) -> Figure:
     """DDP gradient components against the reference, one panel per mode."""
-    sample = report.extra["grad_sample"]
+    sample = report.grad_sample
     ref = sample["reference"]
     modes = _modes(report)
     fig, axes = _figure(len(modes), height=3.8)
@@ -84,7 +84,7 @@ def parity_scatter(report: reports.ParityReport) -> Figure:
 
 def parity_envelope(report: reports.ParityReport) -> Figure:
     """|DDP - reference| against |reference|, with the allclose envelope."""
-    sample = report.extra["grad_sample"]
+    sample = report.grad_sample
     ref = [abs(x) for x in sample["reference"]]
     fig, (ax,) = _figure(height=3.8)
     floor = 1e-12  # log axes: exact zeros are drawn at this height

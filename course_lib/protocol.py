@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, launch, paths, reports
+from . import checkpoint, jobs, launch, paths, reports
 from .config import Config, load
 from .data import Corpus, collate, load_corpus, make_sampler
 from .data import prepare as prepare_data
@@ -71,41 +71,45 @@ def reference(cfg: Config, out: Path, data_dir: Path | None = None,
     return report
 
 
-def _launch(cfg: Config, out: Path, jobs: list[dict], **kw) -> launch.LaunchResult:
+def _launch(cfg: Config, out: Path, todo: list[jobs.Job], **kw) -> launch.LaunchResult:
     data_dir = kw.pop("data_dir", None) or paths.data_dir()
-    return launch.launch(cfg, out, jobs, data_dir=data_dir, **kw)
+    return launch.launch(cfg, out, todo, data_dir=data_dir, **kw)
 
 
-def parity_job() -> dict:
-    return {"job": "parity"}
+def train_job(run_dir: Path, label: str, stop: int,
+              resume: Path | None = None) -> jobs.TrainJob:
+    return jobs.TrainJob(run_dir=str(Path(run_dir).resolve()), label=label, stop=stop,
+                         resume=str(Path(resume).resolve()) if resume else None)
 
 
-def train_job(run_dir: Path, label: str, stop: int, resume: Path | None = None) -> dict:
-    job = {"job": "train", "run_dir": str(Path(run_dir).resolve()), "label": label,
-           "stop": stop}
-    if resume is not None:
-        job["resume"] = str(Path(resume).resolve())
-    return job
-
-
-def ablation_job(out: Path, cfg: Config) -> dict:
+def ablation_job(out: Path, cfg: Config) -> jobs.AblationsJob:
     out = Path(out).resolve()
-    return {
-        "job": "ablations",
-        "resume_from": str(checkpoint.step_dir(out, cfg.train.stop_at)),
-        "resumed": str(checkpoint.step_dir(out, cfg.train.updates)),
-        "continuous": str(checkpoint.step_dir(continuous_dir(out), cfg.train.updates)),
-    }
+    return jobs.AblationsJob(
+        resume_from=str(checkpoint.step_dir(out, cfg.train.stop_at)),
+        resumed=str(checkpoint.step_dir(out, cfg.train.updates)),
+        continuous=str(checkpoint.step_dir(continuous_dir(out), cfg.train.updates)),
+    )
 
 
-def exercise_job(exercise_cfg: Config) -> dict:
+def exercise_job(exercise_cfg: Config) -> jobs.ExerciseJob:
     if exercise_cfg.exercise is None or not exercise_cfg.exercise.scenarios:
         raise ValueError("exercise: this config has no exercise.scenarios")
-    return {"job": "exercise", "config": exercise_cfg.to_dict()}
+    return jobs.ExerciseJob(config=exercise_cfg.to_dict())
+
+
+class ReportElsewhere(Exception):
+    """The job succeeded, but global rank 0 (which writes reports) ran on
+    another node, with its own ``--out``."""
 
 
 def parity(cfg: Config, out: Path, **kw) -> reports.ParityReport:
-    _launch(cfg, out, [parity_job()], **kw)
+    elsewhere = reports.location_path(out)
+    elsewhere.unlink(missing_ok=True)
+    _launch(cfg, out, [jobs.ParityJob()], **kw)
+    if not reports.report_path(out, "parity").is_file() and elsewhere.is_file():
+        where = json.loads(elsewhere.read_text())
+        raise ReportElsewhere(f"the parity report is on the node of global rank 0: "
+                              f"{where['host']}:{where['out']}/reports/parity.json")
     return reports.load(out, "parity")
 
 
@@ -129,10 +133,10 @@ def train(cfg: Config, out: Path, *, stop_at: int | None = None,
     else:
         job = train_job(out, "stop", stop_at or cfg.train.stop_at)
     _launch(cfg, out, [job], **kw)
-    return Path(job["run_dir"])
+    return Path(job.run_dir)
 
 
-def _stop_and_continuous_jobs(cfg: Config, out: Path) -> list[dict]:
+def _stop_and_continuous_jobs(cfg: Config, out: Path) -> list[jobs.TrainJob]:
     return [train_job(out, "stop", cfg.train.stop_at),
             train_job(continuous_dir(out), "continuous", cfg.train.updates)]
 
@@ -157,15 +161,16 @@ def resume_check(cfg: Config, out: Path, resume: bool = False,
     """
     out = Path(out)
     job = ablation_job(out, cfg)
-    jobs = [job]
+    todo: list[jobs.Job] = [job]
     if resume:
-        stop = Path(job["resume_from"])
-        jobs.insert(0, train_job(out, "resume", cfg.train.updates, stop))
+        stop = Path(job.resume_from)
+        todo.insert(0, train_job(out, "resume", cfg.train.updates, stop))
     checked = ("resume_from", "continuous") if resume else (
         "resume_from", "resumed", "continuous")
     for key in checked:
-        check_resumable(cfg, Path(job[key]), kw.get("world_size"), kw.get("data_dir"))
-    _launch(cfg, out, jobs, **kw)
+        check_resumable(cfg, Path(getattr(job, key)), kw.get("world_size"),
+                        kw.get("data_dir"))
+    _launch(cfg, out, todo, **kw)
     return reports.load(out, "resume")
 
 
@@ -218,7 +223,7 @@ def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
     data_dir = kw.get("data_dir")
     prepare(cfg, data_dir)
     reference(cfg, out, data_dir, kw.get("world_size"))
-    first = [parity_job()]
+    first = [jobs.ParityJob()]
     if exercise_cfg is not None:
         first.append(exercise_job(exercise_cfg))
     _launch(cfg, out, first + _stop_and_continuous_jobs(cfg, out), **kw)
@@ -296,7 +301,7 @@ def summary(out: Path, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
     if "parity" in loaded:
         p = loaded["parity"]
         header = f"{p.world_size} ranks, {p.backend} on {p.device}" + (
-            "" if p.extra.get("nccl_reference_path") else " (not the NCCL reference path)")
+            "" if p.nccl_reference_path else " (not the NCCL reference path)")
     width = max(len(r[0]) for r in rows)
     lines = [f"Summary: {header}"]
     lines += [f"  {a:<{width}}  {b:<17} {c}" for a, b, c in rows]

@@ -5,13 +5,19 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field, fields
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 
 def report_path(out: Path, name: str) -> Path:
     return Path(out) / "reports" / f"{name}.json"
+
+
+def location_path(out: Path) -> Path:
+    """Written on nodes without global rank 0: where its reports went."""
+    return Path(out) / "reports" / "elsewhere.json"
 
 
 def _finite(obj: Any) -> Any:
@@ -47,12 +53,18 @@ class ParityReport:
     backend: str
     device: str
     dtype: str
+    nccl_reference_path: bool
+    torch: str
     compared_values: int
     atol: float
     rtol: float
+    step: int
     local_tokens: list[int]
     global_tokens: int
+    window_loss_per_token: float
     modes: dict[str, ModeResult]
+    no_sync: dict[str, dict]  # mode -> {"ranks_agree_after_micro": [...]}
+    grad_sample: dict[str, list]  # "index", "reference" and one list per mode
     passed: bool
     control: str
     extra: dict = field(default_factory=dict, repr=False)
@@ -93,25 +105,105 @@ class ExerciseReport:
     extra: dict = field(default_factory=dict, repr=False)
 
 
+@dataclass(frozen=True)
+class CheckResult:
+    """One named check of one step. ``errors`` holds the max |error| per
+    update, layout or world size, whichever the check compares."""
+
+    passed: bool
+    max_abs_err: float | None
+    atol: float
+    rtol: float
+    errors: dict[str, float | None] = field(default_factory=dict)
+    agree_after_micro: list[bool] | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    step: str
+    kind: str
+    description: str
+    world_size: int
+    backend: str
+    device: str
+    dtype: str
+    compared_values: int
+    checks: dict[str, CheckResult]
+    passed: bool
+
+
+@dataclass(frozen=True)
+class BugRow:
+    kind: str
+    description: str
+    why: str
+    checks: dict[str, bool]
+    caught_by: list[str]
+    max_abs_err: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class BugsReport:
+    world_size: int
+    backend: str
+    device: str
+    dtype: str
+    checks: list[str]
+    steps: dict[str, BugRow]
+    every_bug_caught: bool
+    no_false_alarm: bool
+
+
 TYPES = {
     "parity": ParityReport,
     "resume": ResumeReport,
     "evaluation": EvaluationReport,
     "exercise": ExerciseReport,
+    "bugs": BugsReport,
 }
 
 
-def from_dict(name: str, data: dict):
-    cls = TYPES[name]
+def _type_of(name: str):
+    if name.startswith("audit-"):
+        return AuditReport
+    return TYPES.get(name)
+
+
+def build(cls, data: dict):
+    """A report object from its JSON: nested reports too, unknown keys in ``extra``."""
+    hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)} - {"extra"}
-    missing = sorted(known - set(data))
+    required = {f.name for f in fields(cls) if f.default is MISSING
+                and f.default_factory is MISSING}
+    missing = sorted(required - set(data))
     if missing:
-        raise ValueError(f"{name}.json lacks field {missing[0]!r}")
-    kwargs = {k: data[k] for k in known}
-    if cls is ParityReport:
-        kwargs["modes"] = {m: ModeResult(**v) for m, v in data["modes"].items()}
-    kwargs["extra"] = {k: v for k, v in data.items() if k not in known}
+        raise ValueError(f"{cls.__name__} lacks field {missing[0]!r}")
+    kwargs = {k: _value(hints[k], data[k]) for k in known if k in data}
+    if "extra" in hints:
+        kwargs["extra"] = {k: v for k, v in data.items() if k not in known}
     return cls(**kwargs)
+
+
+def _value(hint, value):
+    if is_dataclass(hint) and isinstance(value, dict):
+        return build(hint, value)
+    if typing.get_origin(hint) is dict and isinstance(value, dict):
+        inner = typing.get_args(hint)[1]
+        if is_dataclass(inner):
+            return {k: build(inner, v) for k, v in value.items()}
+    return value
+
+
+def from_dict(name: str, data: dict):
+    return build(_type_of(name), data)
+
+
+def save(out: Path, name: str, report) -> Path:
+    """Write a report object: the class is the one definition of its schema."""
+    data = asdict(report)
+    extra = data.pop("extra", {})
+    return write(out, name, {**data, **extra})
 
 
 def load(out: Path, name: str):
@@ -120,7 +212,7 @@ def load(out: Path, name: str):
     if not path.is_file():
         raise FileNotFoundError(f"no {name} report in {path.parent} yet")
     data = json.loads(path.read_text())
-    return from_dict(name, data) if name in TYPES else data
+    return from_dict(name, data) if _type_of(name) else data
 
 
 def load_logs(run_dir: Path, job: str = "train") -> dict[int, list[dict]]:

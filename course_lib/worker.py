@@ -1,14 +1,17 @@
 """torchrun entry point: ``python -m course_lib.worker --run-file RUN.json``.
 
-The run file (written by ``launch``) holds the resolved config, the backend,
-the device and the jobs to run, in order, inside one launch:
+The run file (``jobs.RunFile``, written by ``launch``) holds the resolved
+config, the backend, the device and the jobs to run, in order, inside one
+launch. Each job type has one function here or in ``checks``:
 
-  parity                  DDP gradient vs reference, both modes -> parity.json
-  exercise                the 12 -> 36 tokens exercise -> exercise.json
-  train                   stop / continuous / resume (one window per update)
-  ablations               resume-check: full resume vs continuous + ablations
-  smoke                   one all_reduce, to check the environment
-  bench                   time windows in both modes -> benchmark.json
+  ParityJob      DDP gradient vs reference, both modes -> parity.json
+  AuditJob       steps x checks -> audit-<step>.json      (checks.job_audit)
+  WorldSizeJob   one step's gradient at this W            (checks.job_world_size)
+  ExerciseJob    the 12 -> 36 tokens exercise -> exercise.json
+  TrainJob       stop / continuous / resume (one window per update)
+  AblationsJob   resume-check: full resume vs continuous + ablations
+  SmokeJob       one all_reduce, to check the environment
+  BenchJob       time windows in both modes -> benchmark.json
 
 Every rank appends JSON lines to ``<out>/logs/<job>-rank<R>.jsonl``; rank 0
 writes the reports and prints ``@@progress`` lines for the launcher.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import datetime
 import gc
 import json
@@ -25,6 +29,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import statistics
 import sys
 import time
@@ -36,13 +41,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import arithmetic, checkpoint, reports
+from . import arithmetic, checkpoint, checks, jobs, reports, window
 from .config import Config, from_dict
-from .data import Corpus, collate, load_corpus, make_sampler
-from .model import build_model
+from .data import Corpus, load_corpus, make_sampler
+from .model import build_model, loss_sum
 from .normalize import MODES, accumulate_window
 from .progress import PROGRESS_PREFIX
-from .reference import compare, flat_grad, reference_gradient
+from .steps import BUILTIN
 
 
 @dataclass
@@ -57,7 +62,34 @@ class Ctx:
     fault: dict = field(default_factory=dict)
     job: str = "setup"
     step: int | None = None
+    audited: str | None = None  # the step function under audit
+    check: str | None = None
+    step_timeout: float = 60.0  # seconds a rank waits for the others after a step
+    fences: int = 0
     _logs: dict = field(default_factory=dict)
+    _cache: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The job, plus the audited step and check when there is one."""
+        parts = [f"step {self.audited}" if self.audited else "",
+                 f"check {self.check}" if self.check else ""]
+        inner = ", ".join(p for p in parts if p)
+        return f"{self.job} ({inner})" if inner else self.job
+
+    def parity_layout(self) -> window.Layout:
+        """The plan's window at ``parity.step``, the same at every W's plan."""
+        if "parity_layout" not in self._cache:
+            sampler = make_sampler(self.cfg, self.corpus, self.world_size)
+            for _ in range(self.cfg.parity.step + 1):
+                layout = sampler.next_window()
+            self._cache["parity_layout"] = layout
+        return self._cache["parity_layout"]
+
+    def parity_reference(self) -> window.Reference:
+        """Rank 0 only: the reference gradient of the parity window."""
+        if "parity_reference" not in self._cache:
+            self._cache["parity_reference"] = window.reference(self, self.parity_layout())
+        return self._cache["parity_reference"]
 
     def log_path(self, job: str | None = None) -> Path:
         return self.out / "logs" / f"{job or self.job}-rank{self.rank}.jsonl"
@@ -107,14 +139,14 @@ def _die_with_parent() -> None:
             pass
 
 
-def setup(run: dict) -> Ctx:
+def setup(run: jobs.RunFile) -> Ctx:
     _die_with_parent()
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    backend = run["backend"]
-    if run["device"] == "cuda":
+    backend = run.backend
+    if run.device == "cuda":
         # NCCL: one GPU per rank. gloo on CUDA may share GPUs between ranks.
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -123,100 +155,52 @@ def setup(run: dict) -> Ctx:
     else:
         device = torch.device("cpu")
     dist.init_process_group(
-        backend, timeout=datetime.timedelta(seconds=run.get("collective_timeout", 120)),
+        backend, timeout=datetime.timedelta(seconds=run.collective_timeout),
         device_id=device if backend == "nccl" else None,
     )
-    cfg = from_dict(run["config"])
-    corpus = load_corpus(cfg, Path(run["data_dir"]))
-    ctx = Ctx(cfg, rank, world_size, backend, device, Path(run["out"]), corpus,
-              run.get("fault") or {})
-    return ctx
-
-
-def _wrap(ctx: Ctx, model: torch.nn.Module) -> DDP:
-    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=ids)
-
-
-def _rank_microbatches(ctx: Ctx, cfg: Config, window, rank: int) -> list:
-    supervised = rank not in cfg.train.empty_ranks
-    return [collate(ctx.corpus, ids, supervised, ctx.device) for ids in window[rank]]
-
-
-def _gather_ints(value: int, device: torch.device) -> list[int]:
-    t = torch.tensor([value], dtype=torch.int64, device=device)
-    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, t)
-    return [int(x) for x in out]
-
-
-class NoSyncProbe:
-    """After each microbatch: do all ranks hold bitwise the same gradients?"""
-
-    def __init__(self, model: torch.nn.Module):
-        self.model = model
-        self.agree: list[bool] = []
-
-    def __call__(self, index: int) -> None:
-        g = flat_grad(self.model)
-        everyone = [torch.empty_like(g) for _ in range(dist.get_world_size())]
-        dist.all_gather(everyone, g)
-        self.agree.append(all(torch.equal(everyone[0], x) for x in everyone[1:]))
+    cfg = from_dict(run.config)
+    corpus = load_corpus(cfg, Path(run.data_dir))
+    return Ctx(cfg, rank, world_size, backend, device, Path(run.out), corpus,
+               run.fault or {})
 
 
 # --- jobs ----------------------------------------------------------------------
 
 
-def job_parity(ctx: Ctx) -> None:
-    cfg = ctx.cfg
-    sampler = make_sampler(cfg, ctx.corpus, ctx.world_size)
-    for _ in range(cfg.parity.step + 1):
-        window = sampler.next_window()
-    model = build_model(cfg).to(ctx.device).eval()  # eval: no dropout masks
-    ddp = _wrap(ctx, model)
-    micro = _rank_microbatches(ctx, cfg, window, ctx.rank)
-    grads, probes, stats = {}, {}, {}
+def job_parity(ctx: Ctx, spec: jobs.ParityJob) -> None:
+    """global_token and mean_of_means on the parity window: parity + no_sync."""
+    found, outcomes = {}, {}
     for i, mode in enumerate(MODES):
-        probe = NoSyncProbe(model)
-        stats[mode] = accumulate_window(ddp, micro, mode, ctx.world_size,
-                                        on_micro_end=probe)
-        grads[mode] = flat_grad(model).double().cpu()
-        probes[mode] = probe.agree
-        ctx.log("mode_done", mode=mode, local_tokens=stats[mode].local_tokens,
-                agree_after_micro=probe.agree)
+        ctx.audited = mode
+        auditor = checks.Auditor(ctx, BUILTIN[mode])
+        found[mode] = auditor.run(("parity", "no_sync"))
+        outcomes[mode] = auditor.base()
+        ctx.log("mode_done", mode=mode, local_tokens=outcomes[mode].local_tokens,
+                agree_after_micro=outcomes[mode].agree_after_micro)
         ctx.progress("parity", i + 1, len(MODES) + 1)
-    local_tokens = _gather_ints(stats["global_token"].local_tokens, ctx.device)
+    ctx.audited = None
     if ctx.rank == 0:
-        everything = [
-            mb for r in range(ctx.world_size)
-            for mb in _rank_microbatches(ctx, cfg, window, r)
-        ]
-        ref_model = build_model(cfg).to(ctx.device).eval()
-        ref, n, loss = reference_gradient(ref_model, everything)
-        ref = ref.double().cpu()
-        p = cfg.parity
-        modes = {m: compare(grads[m].to(ref.dtype), ref, p.atol, p.rtol) for m in MODES}
+        ref = ctx.parity_reference()
+        atol, rtol = window.tolerance(ctx.cfg)
+        modes = {m: reports.ModeResult(**window.compare_ranks(
+            outcomes[m].grads, ref.grad, atol, rtol)) for m in MODES}
         single = ctx.world_size == 1
-        report = {
+        reports.save(ctx.out, "parity", reports.ParityReport(
             **ctx.header(),
-            "compared_values": int(ref.numel()),
-            "atol": p.atol,
-            "rtol": p.rtol,
-            "step": p.step,
-            "local_tokens": local_tokens,
-            "global_tokens": n,
-            "window_loss_per_token": loss,
-            "modes": modes,
-            "no_sync": {m: {"ranks_agree_after_micro": probes[m]} for m in MODES},
-            "control": (
-                "not applicable: with one rank the two modes coincide"
-                if single else "mean_of_means must fail"
-            ),
-            "passed": modes["global_token"]["allclose"]
-            and (single or not modes["mean_of_means"]["allclose"]),
-            "grad_sample": _grad_sample(grads, ref),
-        }
-        reports.write(ctx.out, "parity", report)
+            compared_values=int(ref.grad.numel()), atol=atol, rtol=rtol,
+            step=ctx.cfg.parity.step,
+            local_tokens=outcomes["global_token"].local_tokens,
+            global_tokens=ref.tokens, window_loss_per_token=ref.loss_per_token,
+            modes=modes,
+            no_sync={m: {"ranks_agree_after_micro": outcomes[m].agree_after_micro}
+                     for m in MODES},
+            grad_sample=_grad_sample({m: o.grads[0] for m, o in outcomes.items()},
+                                     ref.grad),
+            passed=modes["global_token"].allclose
+            and (single or not modes["mean_of_means"].allclose),
+            control=("not applicable: with one rank the two modes coincide"
+                     if single else "mean_of_means must fail"),
+        ))
     ctx.progress("parity", len(MODES) + 1, len(MODES) + 1)
 
 
@@ -244,7 +228,7 @@ def fresh_state(ctx: Ctx) -> TrainState:
     if ctx.device.type == "cuda":
         torch.cuda.manual_seed(cfg.seed + 1000 * (ctx.rank + 1))
     model = build_model(cfg).to(ctx.device).train()
-    ddp = _wrap(ctx, model)
+    ddp = window.wrap(ctx, model)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.train.lr,
                           momentum=cfg.train.momentum)
     return TrainState(model, ddp, opt, make_sampler(cfg, ctx.corpus, ctx.world_size))
@@ -277,8 +261,8 @@ def train_steps(ctx: Ctx, state: TrainState, stop: int, run_dir: Path | None,
     while state.step < stop:
         ctx.step = state.step + 1
         _maybe_fault(ctx, ctx.step)
-        window = state.sampler.next_window()
-        micro = _rank_microbatches(ctx, cfg, window, ctx.rank)
+        layout = state.sampler.next_window()
+        micro = window.microbatches(ctx, layout, ctx.rank)
         stats = accumulate_window(state.ddp, micro, "global_token", ctx.world_size)
         state.optimizer.step()
         state.step += 1
@@ -310,17 +294,17 @@ def _reset_train_log(ctx: Ctx, resume_step: int | None) -> None:
         path.write_text("".join(kept))
 
 
-def job_train(ctx: Ctx, spec: dict) -> None:
-    if spec.get("resume"):
-        state = resume_state(ctx, Path(spec["resume"]))
-        ctx.log("resumed", run=spec["label"], step=state.step, path=spec["resume"])
+def job_train(ctx: Ctx, spec: jobs.TrainJob) -> None:
+    if spec.resume:
+        state = resume_state(ctx, Path(spec.resume))
+        ctx.log("resumed", run=spec.label, step=state.step, path=spec.resume)
     else:
         if ctx.rank == 0:
             # A fresh run owns its run directory's trajectory: checkpoints
             # left by an earlier trajectory must never be resumed from.
             shutil.rmtree(ctx.out / "checkpoints", ignore_errors=True)
         state = fresh_state(ctx)
-    train_steps(ctx, state, spec["stop"], ctx.out, spec["label"])
+    train_steps(ctx, state, spec.stop, ctx.out, spec.label)
 
 
 ABLATIONS = {
@@ -345,12 +329,12 @@ ABLATIONS = {
 }
 
 
-def job_ablations(ctx: Ctx, spec: dict) -> None:
+def job_ablations(ctx: Ctx, spec: jobs.AblationsJob) -> None:
     """resume-check: the full resume, then each ablation, vs the continuous run."""
     cfg = ctx.cfg
-    resume_from = Path(spec["resume_from"])
-    continuous = Path(spec["continuous"])
-    resumed = Path(spec["resumed"])
+    resume_from = Path(spec.resume_from)
+    continuous = Path(spec.continuous)
+    resumed = Path(spec.resumed)
     target = checkpoint.load_params(continuous)
     results = {}
     for name, (parts, why) in ABLATIONS.items():
@@ -397,27 +381,28 @@ def _exercise_sequences(cfg: Config, corpus: Corpus, tokens) -> list[list[int]]:
     return seqs
 
 
-def job_exercise(ctx: Ctx, spec: dict) -> None:
-    cfg = from_dict(spec["config"])
-    ex = cfg.exercise
+def job_exercise(ctx: Ctx, spec: jobs.ExerciseJob) -> None:
+    cfg = from_dict(spec.config)
+    ex, atol, rtol = cfg.exercise, *window.tolerance(cfg)
+    ex_ctx = dataclasses.replace(ctx, cfg=cfg)
+    layout = [[[r]] for r in range(ctx.world_size)]  # rank r: sequence r
     results = []
     for i, sc in enumerate(ex.scenarios):
         seqs = _exercise_sequences(cfg, ctx.corpus, sc.tokens)
         scratch = Corpus(tuple(tuple(s) for s in seqs), {}, ctx.corpus.source, "")
-        micro = [collate(scratch, [ctx.rank], True, ctx.device)]
-        model = build_model(cfg).to(ctx.device).eval()
-        ddp = _wrap(ctx, model)
+        micro = window.microbatches(ex_ctx, layout, ctx.rank, scratch)
         grads = {}
         for mode in MODES:
-            stats = accumulate_window(ddp, micro, mode, ctx.world_size)
-            grads[mode] = flat_grad(model).double().cpu()
-        loss_sums = _gather_floats(stats.local_loss_sum, ctx.device)
+            step = BUILTIN[mode]
+            ddp = window.fresh_ddp(ex_ctx, step)
+            grads[mode] = window.run_step(ex_ctx, step, ddp, micro).grads
+        with torch.no_grad():
+            (inputs, labels), = micro
+            model = build_model(cfg).to(ctx.device).eval()
+            loss_sums = window.gather_floats(float(loss_sum(model(inputs), labels)),
+                                             ctx.device)
         if ctx.rank == 0:
-            everything = [collate(scratch, [r], True, ctx.device)
-                          for r in range(ctx.world_size)]
-            ref, n, model_global = reference_gradient(
-                build_model(cfg).to(ctx.device).eval(), everything)
-            ref = ref.double().cpu()
+            ref = window.reference(ex_ctx, layout, corpus=scratch)
             sums = [n_r * loss for n_r, loss in
                     zip(sc.tokens, ex.per_token_loss, strict=True)]
             results.append({
@@ -430,29 +415,21 @@ def job_exercise(ctx: Ctx, spec: dict) -> None:
                 "model": {
                     "local_loss_sums": loss_sums,
                     "mean_of_means": arithmetic.mean_of_means(loss_sums, sc.tokens),
-                    "global_mean": model_global,
+                    "global_mean": ref.loss_per_token,
                 },
                 "gradients": {
-                    "compared_values": int(ref.numel()),
-                    **{m: compare(grads[m], ref, cfg.parity.atol, cfg.parity.rtol)
+                    "compared_values": int(ref.grad.numel()),
+                    **{m: window.compare_ranks(grads[m], ref.grad, atol, rtol)
                        for m in MODES},
                 },
             })
         ctx.progress("exercise", i + 1, len(ex.scenarios))
     if ctx.rank == 0:
         reports.write(ctx.out, "exercise", {**ctx.header(), "scenarios": results,
-                                            "atol": cfg.parity.atol,
-                                            "rtol": cfg.parity.rtol})
+                                            "atol": atol, "rtol": rtol})
 
 
-def _gather_floats(value: float, device: torch.device) -> list[float]:
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, t)
-    return [float(x) for x in out]
-
-
-def job_smoke(ctx: Ctx) -> None:
+def job_smoke(ctx: Ctx, spec: jobs.SmokeJob) -> None:
     t = torch.tensor([ctx.rank + 1], dtype=torch.int64, device=ctx.device)
     dist.all_reduce(t)
     expected = ctx.world_size * (ctx.world_size + 1) // 2
@@ -464,7 +441,7 @@ def job_smoke(ctx: Ctx) -> None:
     ctx.progress("smoke", 1, 1)
 
 
-def job_bench(ctx: Ctx, spec: dict) -> None:
+def job_bench(ctx: Ctx, spec: jobs.BenchJob) -> None:
     """Time whole windows (forward, backward, DDP sync) in both modes.
 
     Modes alternate window by window over the same windows, so drift and
@@ -472,12 +449,12 @@ def job_bench(ctx: Ctx, spec: dict) -> None:
     """
     cfg = ctx.cfg
     model = build_model(cfg).to(ctx.device).train()
-    ddp = _wrap(ctx, model)
+    ddp = window.wrap(ctx, model)
     sampler = make_sampler(cfg, ctx.corpus, ctx.world_size)
-    windows = [_rank_microbatches(ctx, cfg, sampler.next_window(), ctx.rank)
-               for _ in range(spec["windows"])]
+    windows = [window.microbatches(ctx, sampler.next_window(), ctx.rank)
+               for _ in range(spec.windows)]
     times: dict[str, list[float]] = {m: [] for m in MODES}
-    for i in range(spec["warmup"] + spec["repeats"]):
+    for i in range(spec.warmup + spec.repeats):
         micro = windows[i % len(windows)]
         for mode in (MODES if i % 2 else MODES[::-1]):
             dist.barrier()
@@ -485,46 +462,57 @@ def job_bench(ctx: Ctx, spec: dict) -> None:
             accumulate_window(ddp, micro, mode, ctx.world_size)
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize(ctx.device)
-            if i >= spec["warmup"]:
+            if i >= spec.warmup:
                 times[mode].append(time.perf_counter() - started)
-        ctx.progress("bench", i + 1, spec["warmup"] + spec["repeats"])
+        ctx.progress("bench", i + 1, spec.warmup + spec.repeats)
     if ctx.rank == 0:
         med = {m: statistics.median(t) for m, t in times.items()}
         reports.write(ctx.out, "benchmark", {
             **ctx.header(),
-            "windows_timed_per_mode": spec["repeats"],
+            "windows_timed_per_mode": spec.repeats,
             "median_seconds": med,
             "ratio_global_over_mean_of_means": med["global_token"] / med["mean_of_means"],
         })
 
 
-def run_jobs(ctx: Ctx, jobs: list[dict]) -> None:
+JOBS = {
+    jobs.ParityJob: job_parity,
+    jobs.AuditJob: checks.job_audit,
+    jobs.WorldSizeJob: checks.job_world_size,
+    jobs.ExerciseJob: job_exercise,
+    jobs.TrainJob: job_train,
+    jobs.AblationsJob: job_ablations,
+    jobs.SmokeJob: job_smoke,
+    jobs.BenchJob: job_bench,
+}
+
+
+def run_jobs(ctx: Ctx, specs: list[jobs.Job]) -> None:
     base_out = ctx.out
-    for spec in jobs:
-        ctx.out = Path(spec.get("run_dir", base_out))
-        ctx.job, ctx.step = spec["job"], None
-        if spec["job"] == "train":
-            resume = spec.get("resume")
-            _reset_train_log(ctx, int(Path(resume).name[5:]) if resume else None)
-        ctx.log("start", spec=spec)
-        if spec["job"] == "parity":
-            job_parity(ctx)
-        elif spec["job"] == "train":
-            job_train(ctx, spec)
-        elif spec["job"] == "ablations":
-            job_ablations(ctx, spec)
-        elif spec["job"] == "exercise":
-            job_exercise(ctx, spec)
-        elif spec["job"] == "smoke":
-            job_smoke(ctx)
-        elif spec["job"] == "bench":
-            job_bench(ctx, spec)
-        else:
-            raise ValueError(f"unknown job {spec['job']!r}")
+    for spec in specs:
+        ctx.out = Path(jobs.run_dir_of(spec) or base_out)
+        ctx.job, ctx.step = jobs.tag(spec), None
+        if isinstance(spec, jobs.TrainJob):
+            _reset_train_log(ctx, int(Path(spec.resume).name[5:]) if spec.resume else None)
+        ctx.log("start", spec=jobs.job_to_dict(spec))
+        JOBS[type(spec)](ctx, spec)
         ctx.log("done")
+    _tell_where_reports_went(ctx, base_out)
     # Leave together: a rank that tears down while another still writes its
     # report can make the job fail after every job succeeded.
     dist.barrier()
+
+
+def _tell_where_reports_went(ctx: Ctx, out: Path) -> None:
+    """Nodes need not share a filesystem: each node's first worker notes where
+    global rank 0 wrote the reports, unless that is this node's own --out."""
+    where = [{"host": socket.gethostname(), "out": str(out)}]
+    dist.broadcast_object_list(where, src=0)  # rank 0's entry reaches everyone
+    here = {"host": socket.gethostname(), "out": str(out)}
+    if ctx.rank != 0 and int(os.environ.get("LOCAL_RANK", 0)) == 0 and where[0] != here:
+        path = reports.location_path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(where[0]))
 
 
 def _shutdown() -> None:
@@ -544,19 +532,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course_lib.worker")
     parser.add_argument("--run-file", required=True)
     args = parser.parse_args(argv)
-    run = json.loads(Path(args.run_file).read_text())
+    run = jobs.RunFile.read(Path(args.run_file))
     ctx = None
     try:
         ctx = setup(run)
-        run_jobs(ctx, run["jobs"])
+        run_jobs(ctx, run.jobs)
         return 0
     except Exception as exc:
         traceback.print_exc()
         if ctx is not None:
-            ctx.log("error", step=ctx.step, message=f"{type(exc).__name__}: {exc}",
+            ctx.log("error", job=ctx.describe(), step=ctx.step,
+                    message=f"{type(exc).__name__}: {exc}",
+                    stuck=getattr(exc, "stuck", None),
                     traceback=traceback.format_exc())
             where = f" at step {ctx.step}" if ctx.step is not None else ""
-            print(f"rank {ctx.rank} failed in {ctx.job}{where}: "
+            print(f"rank {ctx.rank} failed in {ctx.describe()}{where}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:

@@ -1,0 +1,128 @@
+"""The audit's pieces that need no torchrun: step specs, checks, layouts, reports."""
+
+import dataclasses
+
+import pytest
+
+from course_lib import audit, checks, reports, steps, window
+
+STEP_FILE = '''
+from course_lib import steps
+
+def my_step(model, microbatches, world_size):
+    """A learner's step."""
+    steps.global_token(model, microbatches, world_size)
+'''
+
+
+def test_builtin_catalog_is_complete_and_described():
+    kinds = {}
+    for name, info in steps.BUILTIN.items():
+        assert info.name == name and callable(info.func)
+        assert info.kind in ("correct", "bug")
+        assert info.description and info.why, name
+        kinds.setdefault(info.kind, []).append(name)
+    assert set(kinds["correct"]) == {"global_token", "sum_hook", "post_scale"}
+    assert "mean_of_means" in kinds["bug"]
+    assert len(kinds["bug"]) - 1 >= 6, "at least six real mistakes besides the control"
+    assert steps.BUILTIN["sum_hook"].setup is not None
+    assert steps.BUILTIN["global_token"].setup is None
+
+
+def test_step_specs_by_module_and_by_path(tmp_path, monkeypatch):
+    assert steps.load("course_lib.steps:post_scale").func is steps.post_scale
+    (tmp_path / "mine.py").write_text(STEP_FILE)
+    monkeypatch.chdir(tmp_path)
+    info = steps.load("mine.py:my_step")
+    assert (info.name, info.kind) == ("my_step", "custom")
+    assert info.description == "A learner's step."
+    (spec, _), = audit.resolve_steps(["mine.py:my_step"])
+    assert spec == f"{tmp_path / 'mine.py'}:my_step", "workers get an absolute path"
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("nope", "is not a built-in step"),
+    ("no/such/file.py:f", "no such file"),
+    ("course_lib.steps:nope", "has no function 'nope'"),
+    ("no_such_module_xyz:f", "cannot import"),
+])
+def test_bad_step_specs_are_one_line_errors(spec, needle):
+    with pytest.raises(steps.StepSpecError, match=needle) as err:
+        steps.load(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_a_step_file_that_fails_to_import_is_bad_input(tmp_path):
+    f = tmp_path / "broken.py"
+    f.write_text("def step(model, mb, w):\n    return (\n")
+    with pytest.raises(steps.StepSpecError, match="failed to import: SyntaxError"):
+        steps.load(f"{f}:step")
+
+
+def test_parse_checks():
+    assert audit.parse_checks(None) == list(checks.ALL)
+    assert audit.parse_checks("no_sync, parity,parity") == ["no_sync", "parity"]
+    with pytest.raises(audit.AuditInputError, match="unknown check 'speed'"):
+        audit.parse_checks("parity,speed")
+    with pytest.raises(audit.AuditInputError):
+        audit.with_dtype(None, "float16")
+
+
+LAYOUT = [[[1, 2, 3, 4], [5, 6, 7, 8]], [[9, 10, 11, 12], [13, 14, 15, 16]]]
+
+
+def _ids(layout):
+    return sorted(i for rank in layout for mb in rank for i in mb)
+
+
+def test_accumulation_layouts_keep_each_ranks_sequences():
+    layouts = window.accumulation_layouts(LAYOUT)
+    assert list(layouts) == ["1x8", "2x4", "4x2", "8x1"]
+    for name, layout in layouts.items():
+        a, b = map(int, name.split("x"))
+        for rank, original in zip(layout, LAYOUT):
+            assert len(rank) == a and all(len(mb) == b for mb in rank)
+            assert sorted(i for mb in rank for i in mb) == sorted(
+                i for mb in original for i in mb)
+
+
+def test_permuted_layouts_move_sequences_between_ranks(corpus):
+    layouts = window.permuted_layouts(LAYOUT, corpus, seed=1)
+    assert layouts["as planned"] == LAYOUT
+    for name, layout in layouts.items():
+        assert _ids(layout) == _ids(LAYOUT), name
+        assert [len(r) for r in layout] == [2, 2] and all(len(mb) == 4 for r in layout
+                                                           for mb in r)
+    assert layouts["dealt by length"][0] != LAYOUT[0]
+
+
+def test_world_size_layout_is_one_set_whatever_w(cfg, corpus):
+    ids = audit.world_size_sequences(cfg, corpus)
+    assert ids == audit.world_size_sequences(cfg, corpus), "seeded, not drawn anew"
+    lengths = [len(corpus.sequences[i]) for i in ids]
+    assert lengths == sorted(lengths)
+    for w in checks.WORLD_SIZES:
+        layout = window.world_size_layout(ids, w, 8)
+        assert len(layout) == w and _ids(layout) == sorted(ids)
+        assert all(len(mb) == 8 for rank in layout for mb in rank)
+
+
+def test_float64_tolerance_is_the_exactness_bound(cfg):
+    assert window.tolerance(cfg) == (1e-6, 1e-4)
+    assert window.tolerance(audit.with_dtype(cfg, "float64")) == (1e-12, 0.0)
+
+
+def test_audit_report_round_trips(tmp_path):
+    check = reports.CheckResult(passed=False, max_abs_err=0.5, atol=1e-6, rtol=1e-4,
+                                errors={"update 1": 0.5}, note="x")
+    report = reports.AuditReport(
+        step="s", kind="bug", description="d", world_size=2, backend="gloo",
+        device="cpu", dtype="float32", compared_values=3,
+        checks={"parity": check, "no_sync": dataclasses.replace(
+            check, passed=True, max_abs_err=None, agree_after_micro=[False, True])},
+        passed=False)
+    reports.save(tmp_path, "audit-s", report)
+    assert reports.load(tmp_path, "audit-s") == report
+    with pytest.raises(ValueError, match="lacks field 'passed'"):
+        reports.from_dict("audit-s", {k: v for k, v in dataclasses.asdict(report).items()
+                                      if k != "passed"})
