@@ -139,6 +139,7 @@ class Auditor:
         found = {}
         for name in names:
             self.ctx.check = name
+            self.ctx.log("check", check=name)
             found[name] = getattr(self, name)()
         self.ctx.check = None
         return found

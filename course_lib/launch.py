@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -367,12 +368,28 @@ def diagnose(out: Path, jobs: list[Job], since: float, kind: str, why: str,
         # Nobody reported an error (timeout, interrupt): name the laggard.
         rank = min(logs, key=lambda r: _last_step(logs[r]) or 0)
     step = _last_step(logs.get(rank, [])) if rank is not None else None
-    paths = [p for p, _ in logs.get(rank, [])]
+    records = logs.get(rank, [])
+    paths = [p for p, _ in records]
     tail = "\n".join(filter(None, [_tail_of(paths[-1]) if paths else "",
                                    "--- torchrun output ---", *output[-15:]]))
     who = f"rank {rank}" if rank is not None else "the job"
-    msg = f"{who} failed at step {step}: {why}"
+    where = records[-1][1].get("where") if records else None
+    signal_name = _root_cause_signal(output) if kind == "error" else None
+    if signal_name:
+        why = f"killed by {signal_name}; {why}"
+        if signal_name == "SIGABRT":
+            why += " (a C++ abort: often collectives that differ between ranks)"
+    msg = f"{who} failed" + (f" in {where}" if where else "")
+    msg += (f" at step {step}" if step is not None else "") + f": {why}"
     if progress_line:
         msg += f" ({progress_line})"
     return LaunchError(msg + "\n" + tail, rank=rank, step=step, log_tail=tail,
                        interrupted=kind == "interrupt")
+
+
+def _root_cause_signal(output: list[str]) -> str | None:
+    text = "\n".join(output)
+    if "Root Cause" not in text:
+        return None
+    match = re.search(r"\((SIG[A-Z]+)\)", text.split("Root Cause", 1)[1])
+    return match.group(1) if match else None

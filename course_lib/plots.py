@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from . import reports
 from .data import Corpus
@@ -195,3 +196,38 @@ def exercise(report: reports.ExerciseReport) -> Figure:
     right.set_ylabel("max |DDP - reference| gradient")
     right.legend(frameon=False, fontsize=8)
     return fig
+
+
+def bug_matrix(report: reports.BugsReport) -> Figure:
+    """Steps x checks: green passes, magenta fails; each cell shows its error."""
+    names, checks = list(report.steps), report.checks
+    fig = Figure(figsize=(WIDTH, 0.42 * len(names) + 1.6), layout="constrained")
+    ax = fig.subplots()
+    for i, name in enumerate(names):
+        row = report.steps[name]
+        for j, check in enumerate(checks):
+            passed = row.checks[check]
+            ax.add_patch(Rectangle((j, i), 1, 1, edgecolor="white", lw=2,
+                                   facecolor=COLORS["global_token" if passed
+                                                    else "mean_of_means"]))
+            err = row.max_abs_err.get(check)
+            text = ("pass" if passed else "FAIL") if err is None else _short(err)
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center",
+                    color="white", fontsize=8)
+    ax.set_xlim(0, len(checks))
+    ax.set_ylim(len(names), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(checks))],
+                  [c.replace("_", "\n") for c in checks], fontsize=8)
+    ax.xaxis.tick_top()
+    ax.set_yticks([i + 0.5 for i in range(len(names))],
+                  [f"{n} ({report.steps[n].kind})" for n in names], fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_xlabel("green: passes, magenta: fails; cells show max |err| "
+                  "(exactly 0 is written 0)", fontsize=8)
+    return fig
+
+
+def _short(err: float) -> str:
+    return "0" if err == 0 else f"{err:.0e}"

@@ -12,6 +12,7 @@ flickers and no figure is rebuilt.
 
 from __future__ import annotations
 
+import html
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import ipywidgets as w
 from matplotlib.figure import Figure
 
-from . import arithmetic
+from . import arithmetic, quiz
 from .style import COLORS, LABELS, rank_color
 
 MAX_RANKS = 8
@@ -371,6 +372,55 @@ class ThetaExplorer(_Displayable):
 
 PREDICTION_KEYS = ("mean_of_means", "global_mean")
 PREDICTION_LABELS = {"mean_of_means": "mean of means", "global_mean": "global mean"}
+
+
+class Quiz(_Displayable):
+    """Graded questions: type or pick your answers, then press Check.
+
+    The answers live in ``course_lib.quiz``, never in the notebook; a wrong
+    answer gets a hint, a right one "correct".
+    """
+
+    def __init__(self, *question_ids: str):
+        if not question_ids:
+            raise ValueError("Quiz needs at least one question id")
+        self.ids = question_ids
+        self.inputs = {qid: self._input(quiz.QUESTIONS[qid]) for qid in question_ids}
+        self.verdicts = {qid: _tagged(w.HTML(""), "course-question-verdict")
+                         for qid in question_ids}
+        rows = []
+        for qid in question_ids:
+            prompt = w.HTML(f"<b>{html.escape(quiz.QUESTIONS[qid].prompt)}</b>")
+            rows += [prompt, self.inputs[qid], self.verdicts[qid]]
+        self.button = _tagged(w.Button(description="Check", button_style="primary"),
+                              "course-question-check")
+        self.button.on_click(lambda _: self.check())
+        self.results: dict[str, quiz.Verdict] = {}
+        self.widget = _tagged(w.VBox([*rows, self.button]), "course-question")
+
+    @staticmethod
+    def _input(q: quiz.Question) -> w.DOMWidget:
+        if q.kind == "number":
+            box = w.Text(placeholder="your number", continuous_update=False)
+        elif q.kind == "choice":
+            box = w.RadioButtons(options=list(q.options), value=None)
+        else:
+            box = w.VBox([w.Checkbox(value=False, description=o, indent=False)
+                          for o in q.options])
+        return _tagged(box, "course-question-input")
+
+    def answer(self, qid: str):
+        box = self.inputs[qid]
+        if isinstance(box, w.VBox):
+            return [c.description for c in box.children if c.value]
+        return box.value
+
+    def check(self) -> dict[str, quiz.Verdict]:
+        for qid in self.ids:
+            verdict = quiz.check(qid, self.answer(qid))
+            self.results[qid] = verdict
+            self.verdicts[qid].value = verdict._repr_html_()
+        return self.results
 
 
 def truth_from_report(report, scenario: str = "skewed") -> dict:

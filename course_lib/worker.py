@@ -100,8 +100,9 @@ class Ctx:
         if f is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             f = self._logs[path] = open(path, "a")  # noqa: SIM115 (kept open)
+        where = {"where": self.describe()} if self.audited or self.check else {}
         f.write(json.dumps({"event": event, "job": self.job, "rank": self.rank,
-                            "time": time.time(), **fields}) + "\n")
+                            "time": time.time(), **where, **fields}) + "\n")
         f.flush()
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,11 @@ def with_train(cfg, **changes):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
 
 
-def worker_processes(marker: str = "course_lib.worker") -> list[int]:
-    """PIDs whose command line runs the course's torchrun worker."""
+def worker_processes(marker: str = "course_lib.worker",
+                     within: Path | None = None) -> list[int]:
+    """PIDs whose command line runs the course's torchrun worker; with
+    ``within``, only those whose run file lies below that folder (so other
+    test sessions on the same machine are not counted)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -40,6 +44,20 @@ def worker_processes(marker: str = "course_lib.worker") -> list[int]:
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker.encode() in cmd and state != "Z":
+        if marker.encode() in cmd and state != "Z" and (
+                within is None or str(within).encode() in cmd):
             found.append(int(entry))
     return found
+
+
+@pytest.fixture
+def no_worker_left_behind(tmp_path_factory):
+    """Every torchrun worker this test started is gone a few seconds after it."""
+    mine = tmp_path_factory.getbasetemp()
+    before = set(worker_processes(within=mine))
+    yield
+    deadline = time.monotonic() + 5
+    while set(worker_processes(within=mine)) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(worker_processes(within=mine)) - before, \
+        "a torchrun worker survived its job"

@@ -9,7 +9,7 @@ import pytest
 
 from course_lib import audit, checks, launch, reports, steps
 
-pytestmark = pytest.mark.torchrun
+pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
 CORRECT = ("global_token", "sum_hook", "post_scale")
 
@@ -180,7 +180,9 @@ def test_bad_audit_input_is_refused_before_any_launch(tmp_path):
 @pytest.mark.parametrize("name, culprit, needle", [
     ("crashes_on_rank_1", 1, "ValueError: a bug on rank 1 only"),
     ("hangs_on_rank_1", 1, "rank 1 did not finish the step within 5 s"),
-    ("extra_collective_on_rank_0", 0, "(seen by rank 1)"),
+    # Rank 0 aborts inside gloo: whether rank 1 logs its lost connection
+    # before torchrun stops it is a race; either way rank 0 is named.
+    ("extra_collective_on_rank_0", 0, ""),
 ])
 def test_a_misbehaving_step_names_its_rank(step_file, tmp_path, cfg, name, culprit,
                                            needle):

@@ -7,7 +7,7 @@ import pytest
 
 from course_lib import launch, reports
 
-pytestmark = pytest.mark.torchrun
+pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
 
 def test_two_agents_with_separate_outs_both_succeed(tmp_path):

@@ -12,19 +12,9 @@ from pathlib import Path
 import pytest
 
 from course_lib import checkpoint, launch, protocol, reports
-from tests.conftest import ROOT, with_train, worker_processes
+from tests.conftest import ROOT, with_train
 
-pytestmark = pytest.mark.torchrun
-
-
-@pytest.fixture(autouse=True)
-def no_worker_left_behind():
-    before = set(worker_processes())
-    yield
-    deadline = time.monotonic() + 5
-    while set(worker_processes()) - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not set(worker_processes()) - before, "a torchrun worker survived its job"
+pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
 
 @pytest.fixture(scope="module")
