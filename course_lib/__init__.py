@@ -1,6 +1,9 @@
 """Token-weighted DDP: the engine behind the course's notebooks."""
 
+from . import quiz, reports
 from .arithmetic import counter_example, global_mean, mean_of_means
+from .audit import audit, bugs
+from .audit import describe as describe_audit
 from .config import Config, ConfigError
 from .launch import LaunchError
 
@@ -19,7 +22,8 @@ from .protocol import (
 )
 
 __all__ = [
-    "Config", "ConfigError", "LaunchError", "counter_example", "evaluate_run",
+    "Config", "ConfigError", "LaunchError", "audit", "bugs", "counter_example",
+    "describe_audit", "evaluate_run", "quiz", "reports",
     "exercise", "global_mean", "load_config", "mean_of_means", "parity", "prepare",
     "resume_check", "run_all", "stop_and_continuous", "summary", "train",
 ]

@@ -48,6 +48,9 @@ class Verdict:
     def __str__(self) -> str:
         return self.message
 
+    def __repr__(self) -> str:
+        return self.message
+
     def _repr_html_(self) -> str:
         color = "#1b7837" if self.correct else "#c51b7d"
         return f'<b style="color:{color}">{self.message}</b>'
