@@ -2,8 +2,8 @@
 
 from . import quiz, reports
 from .arithmetic import counter_example, global_mean, mean_of_means
-from .audit import audit, bugs
-from .audit import describe as describe_audit
+from .audits import audit, bugs
+from .audits import describe as describe_audit
 from .config import Config, ConfigError
 from .launch import LaunchError
 

@@ -13,7 +13,7 @@ import torch
 
 from . import (
     arithmetic,
-    audit,
+    audits,
     checkpoint,
     checks,
     jobs,
@@ -156,10 +156,10 @@ def cmd_parity(args) -> int:
 def cmd_audit(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
-    names = audit.parse_checks(args.checks)
-    found = audit.audit(cfg, out, [args.step], names, dtype=args.dtype, **_launch_kw(args))
+    names = audits.parse_checks(args.checks)
+    found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype, **_launch_kw(args))
     (report,) = found.values()
-    print(audit.describe(report))
+    print(audits.describe(report))
     print(f"report: {reports.report_path(out, 'audit-' + report.step)}")
     if not report.passed:
         failed = [c for c, r in report.checks.items() if not r.passed]
@@ -170,8 +170,8 @@ def cmd_audit(args) -> int:
 def cmd_bugs(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
-    report = audit.bugs(cfg, out, dtype=args.dtype, **_launch_kw(args))
-    print(audit.describe_bugs(report))
+    report = audits.bugs(cfg, out, dtype=args.dtype, **_launch_kw(args))
+    print(audits.describe_bugs(report))
     print(f"report: {reports.report_path(out, 'bugs')}")
     if not (report.every_bug_caught and report.no_false_alarm):
         raise CheckFailed("a bug went uncaught or a correct design was flagged")
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         _validate(args)
         return args.func(args)
     except (BadInput, ConfigError, BackendError, checkpoint.CheckpointError,
-            DataLockError, steps.StepSpecError, audit.AuditInputError) as exc:
+            DataLockError, steps.StepSpecError, audits.AuditInputError) as exc:
         print(f"course-lib: error: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:

@@ -16,6 +16,7 @@ from .data import Corpus
 from .style import COLORS, LABELS, rank_color
 
 WIDTH = 9.0  # inches: fills a notebook column
+ZERO_AT = 1e-12  # log axes cannot show 0: exact zeros are drawn here, and labelled
 
 
 def _figure(ncols: int = 1, height: float = 3.4) -> tuple[Figure, list]:
@@ -88,11 +89,13 @@ def parity_envelope(report: reports.ParityReport) -> Figure:
     sample = report.grad_sample
     ref = [abs(x) for x in sample["reference"]]
     fig, (ax,) = _figure(height=3.8)
-    floor = 1e-12  # log axes: exact zeros are drawn at this height
     for mode in _modes(report):
-        err = [max(abs(a - b), floor) for a, b in
-               zip(sample[mode], sample["reference"], strict=True)]
-        ax.scatter(ref, err, s=4, color=COLORS[mode], label=LABELS[mode])
+        err = [abs(a - b) for a, b in zip(sample[mode], sample["reference"], strict=True)]
+        exact = sum(e == 0 for e in err)
+        label = LABELS[mode] + (f" ({exact} exactly 0, drawn at {ZERO_AT:g})"
+                                if exact else "")
+        ax.scatter(ref, [max(e, ZERO_AT) for e in err], s=4, color=COLORS[mode],
+                   label=label)
     xs = sorted(x for x in ref if x > 0)
     ax.plot(xs, [report.atol + report.rtol * x for x in xs], color=COLORS["tolerance"],
             lw=2.5, label=f"atol + rtol·|ref| ({report.atol:g} + {report.rtol:g}·|ref|)")
@@ -187,8 +190,13 @@ def exercise(report: reports.ExerciseReport) -> Figure:
     left.set_ylabel("mean loss per token (hand example)")
     left.legend(frameon=False, fontsize=8)
     for offset, key in ((-0.2, "mean_of_means"), (0.2, "global_token")):
-        errs = [max(sc["gradients"][key]["max_abs_err"], 1e-12) for sc in report.scenarios]
-        right.bar([i + offset for i in x], errs, width=0.4, color=COLORS[key])
+        errs = [sc["gradients"][key]["max_abs_err"] for sc in report.scenarios]
+        right.bar([i + offset for i in x], [max(e, ZERO_AT) for e in errs], width=0.4,
+                  color=COLORS[key])
+        for i, e in zip(x, errs, strict=True):
+            if e == 0:
+                right.text(i + offset, ZERO_AT * 2, "exactly 0", rotation=90,
+                           ha="center", va="bottom", fontsize=8)
     right.axhline(report.extra.get("atol", 1e-6), color=COLORS["tolerance"], lw=2,
                   label="atol")
     right.set_yscale("log")

@@ -1,7 +1,8 @@
 """The course's ipywidgets explorers.
 
 The logic lives in pure functions (``explorer_state``, ``theta_state``,
-``grade_prediction``); the widget classes only render what those return.
+the graded questions of ``quiz``); the widget classes only render what those
+return.
 Tests drive the widgets by setting ``.value`` on their sliders.
 
 Figures are drawn once with matplotlib's Agg backend; every change updates
@@ -14,8 +15,7 @@ from __future__ import annotations
 
 import html
 import io
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import ipywidgets as w
 from matplotlib.figure import Figure
@@ -100,29 +100,6 @@ def theta_curves(n: int = 161, counts: Sequence[int] = (12, 36),
     return {"theta": thetas, **{k: [r[k] for r in rows] for k in rows[0]}}
 
 
-def grade_prediction(predicted: Mapping[str, float | None],
-                     truth: Mapping[str, float], tol: float = 1e-3) -> dict:
-    """Compare each predicted value with the truth, within ``tol`` (absolute).
-
-    Returns ``{"values": {key: {...}}, "n_correct", "n_total", "all_correct"}``.
-    A missing, empty or non-finite prediction counts as wrong.
-    """
-    values = {}
-    for key, true in truth.items():
-        guess = predicted.get(key)
-        ok_number = isinstance(guess, (int, float)) and math.isfinite(guess)
-        error = abs(guess - true) if ok_number else None
-        values[key] = {
-            "predicted": guess,
-            "truth": true,
-            "error": error,
-            "correct": error is not None and error <= tol,
-        }
-    n_correct = sum(v["correct"] for v in values.values())
-    return {"values": values, "n_correct": n_correct, "n_total": len(values),
-            "all_correct": n_correct == len(values), "tol": tol}
-
-
 # --- rendering helpers -----------------------------------------------------------
 
 
@@ -177,20 +154,22 @@ class TokenExplorer(_Displayable):
         style = {"description_width": "110px"}
         self.tokens = [
             w.IntSlider(value=tokens[r], min=1, max=MAX_TOKENS, step=1,
-                        description=f"rank {r} tokens", style=style)
+                        description=f"rank {r} tokens", style=style,
+                        continuous_update=False)
             for r in range(MAX_RANKS)
         ]
         self.losses = [
             w.FloatSlider(value=losses[r], min=0.0, max=MAX_LOSS, step=0.05,
                           description=f"rank {r} loss/token", readout_format=".2f",
-                          style=style)
+                          style=style, continuous_update=False)
             for r in range(MAX_RANKS)
         ]
         for r, (t, x) in enumerate(zip(self.tokens, self.losses, strict=True)):
             t.add_class(f"course-tokens-r{r}")
             x.add_class(f"course-loss-r{r}")
         self.world_size = _tagged(w.IntSlider(value=world_size, min=1, max=MAX_RANKS,
-                                              description="ranks W", style=style),
+                                              description="ranks W", style=style,
+                                              continuous_update=False),
                                   "course-world-size")
         self.global_readout = _tagged(w.HTML(), "course-global-mean")
         self.mom_readout = _tagged(w.HTML(), "course-mean-of-means")
@@ -314,7 +293,8 @@ class ThetaExplorer(_Displayable):
         self.counts, self.targets = tuple(counts), tuple(targets)
         self.theta = _tagged(w.FloatSlider(value=theta, min=THETA_RANGE[0],
                                            max=THETA_RANGE[1], step=0.01,
-                                           description="theta", readout_format=".2f"),
+                                           description="theta", readout_format=".2f",
+                                           continuous_update=False),
                              "course-theta")
         self.loss_readout = _tagged(w.HTML(), "course-theta-loss")
         self.grad_readout = _tagged(w.HTML(), "course-theta-grad")
@@ -367,11 +347,7 @@ class ThetaExplorer(_Displayable):
         return st
 
 
-# --- prediction (chapter 08) -----------------------------------------------------------
-
-
-PREDICTION_KEYS = ("mean_of_means", "global_mean")
-PREDICTION_LABELS = {"mean_of_means": "mean of means", "global_mean": "global mean"}
+# --- graded questions ---------------------------------------------------------------
 
 
 class Quiz(_Displayable):
@@ -421,61 +397,3 @@ class Quiz(_Displayable):
             self.results[qid] = verdict
             self.verdicts[qid].value = verdict._repr_html_()
         return self.results
-
-
-def truth_from_report(report, scenario: str = "skewed") -> dict:
-    """The true means of one exercise scenario (an ExerciseReport or its dict)."""
-    scenarios = report["scenarios"] if isinstance(report, Mapping) else report.scenarios
-    for sc in scenarios:
-        if sc["name"] == scenario:
-            return {k: float(sc[k]) for k in PREDICTION_KEYS}
-    names = ", ".join(sc["name"] for sc in scenarios)
-    raise ValueError(f"no scenario {scenario!r} in the report (have: {names})")
-
-
-class PredictionWidget(_Displayable):
-    """Type a prediction of both means, then press Check.
-
-    The true values stay hidden until ``check()`` runs (the button calls it).
-    """
-
-    def __init__(self, truth: Mapping[str, float] | None = None, *, report=None,
-                 scenario: str = "skewed", tol: float = 1e-3):
-        if truth is None and report is None:
-            raise ValueError("give the true values (truth=...) or a report")
-        self._truth = dict(truth) if truth is not None else truth_from_report(
-            report, scenario)
-        self.tol = tol
-        style = {"description_width": "150px"}
-        self.inputs = {
-            key: w.FloatText(value=0.0, description=f"your {PREDICTION_LABELS[key]}",
-                             style=style)
-            for key in PREDICTION_KEYS
-        }
-        self.inputs["mean_of_means"].add_class("course-predict-mom")
-        self.inputs["global_mean"].add_class("course-predict-global")
-        self.button = _tagged(w.Button(description="Check", button_style="primary"),
-                              "course-predict-check")
-        self.verdict = _tagged(w.HTML("<i>Type your two numbers, then press Check.</i>"),
-                               "course-predict-verdict")
-        self.button.on_click(lambda _: self.check())
-        self.result: dict | None = None
-        self.widget = w.VBox([*self.inputs.values(), self.button, self.verdict])
-
-    def check(self) -> dict:
-        predicted = {k: box.value for k, box in self.inputs.items()}
-        self.result = grade_prediction(predicted, self._truth, self.tol)
-        lines = []
-        for key, v in self.result["values"].items():
-            mark, color = (("right", COLORS["global_token"]) if v["correct"]
-                           else ("not quite", COLORS["mean_of_means"]))
-            lines.append(
-                f'<span style="color:{color}"><b>{PREDICTION_LABELS[key]}: {mark}'
-                f"</b></span> (you: {fmt4(v['predicted'])}, "
-                f"truth: {fmt4(v['truth'])})"
-            )
-        r = self.result
-        lines.append(f"{r['n_correct']}/{r['n_total']} right "
-                     f"(tolerance {self.tol:g}).")
-        self.verdict.value = "<br>".join(lines)
-        return self.result

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from course_lib import audit, checks, launch, reports, steps
+from course_lib import audits, checks, launch, reports, steps
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
@@ -18,7 +18,7 @@ CORRECT = ("global_token", "sum_hook", "post_scale")
 def catalog(tmp_path_factory, cfg):
     """Every built-in step through every check: three launches (W = 2, 1, 4)."""
     out = tmp_path_factory.mktemp("bugs")
-    return out, audit.bugs(cfg, out, timeout=600)
+    return out, audits.bugs(cfg, out, timeout=600)
 
 
 def test_every_bug_is_caught_and_no_correct_design_is_flagged(catalog):
@@ -78,7 +78,7 @@ def test_audit_reports_hold_the_contract(catalog):
 
 
 def test_float64_proves_the_designs_exact(tmp_path, cfg):
-    found = audit.audit(cfg, tmp_path, [*CORRECT, "mean_of_means"], ["parity"],
+    found = audits.audit(cfg, tmp_path, [*CORRECT, "mean_of_means"], ["parity"],
                         dtype="float64", timeout=300)
     for name in CORRECT:
         p = found[name].checks["parity"]
@@ -187,7 +187,7 @@ def test_bad_audit_input_is_refused_before_any_launch(tmp_path):
 def test_a_misbehaving_step_names_its_rank(step_file, tmp_path, cfg, name, culprit,
                                            needle):
     with pytest.raises(launch.LaunchError) as err:
-        audit.audit(cfg, tmp_path, [f"{step_file}:{name}"], ["parity"],
+        audits.audit(cfg, tmp_path, [f"{step_file}:{name}"], ["parity"],
                     step_timeout=5, timeout=120)
     first = str(err.value).splitlines()[0]
     assert first.startswith(f"rank {culprit} failed in audit (step {name}"), first

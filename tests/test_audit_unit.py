@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from course_lib import audit, checks, reports, steps, window
+from course_lib import audits, checks, reports, steps, window
 
 STEP_FILE = '''
 from course_lib import steps
@@ -36,7 +36,7 @@ def test_step_specs_by_module_and_by_path(tmp_path, monkeypatch):
     info = steps.load("mine.py:my_step")
     assert (info.name, info.kind) == ("my_step", "custom")
     assert info.description == "A learner's step."
-    (spec, _), = audit.resolve_steps(["mine.py:my_step"])
+    (spec, _), = audits.resolve_steps(["mine.py:my_step"])
     assert spec == f"{tmp_path / 'mine.py'}:my_step", "workers get an absolute path"
 
 
@@ -60,12 +60,12 @@ def test_a_step_file_that_fails_to_import_is_bad_input(tmp_path):
 
 
 def test_parse_checks():
-    assert audit.parse_checks(None) == list(checks.ALL)
-    assert audit.parse_checks("no_sync, parity,parity") == ["no_sync", "parity"]
-    with pytest.raises(audit.AuditInputError, match="unknown check 'speed'"):
-        audit.parse_checks("parity,speed")
-    with pytest.raises(audit.AuditInputError):
-        audit.with_dtype(None, "float16")
+    assert audits.parse_checks(None) == list(checks.ALL)
+    assert audits.parse_checks("no_sync, parity,parity") == ["no_sync", "parity"]
+    with pytest.raises(audits.AuditInputError, match="unknown check 'speed'"):
+        audits.parse_checks("parity,speed")
+    with pytest.raises(audits.AuditInputError):
+        audits.with_dtype(None, "float16")
 
 
 LAYOUT = [[[1, 2, 3, 4], [5, 6, 7, 8]], [[9, 10, 11, 12], [13, 14, 15, 16]]]
@@ -97,8 +97,8 @@ def test_permuted_layouts_move_sequences_between_ranks(corpus):
 
 
 def test_world_size_layout_is_one_set_whatever_w(cfg, corpus):
-    ids = audit.world_size_sequences(cfg, corpus)
-    assert ids == audit.world_size_sequences(cfg, corpus), "seeded, not drawn anew"
+    ids = audits.world_size_sequences(cfg, corpus)
+    assert ids == audits.world_size_sequences(cfg, corpus), "seeded, not drawn anew"
     lengths = [len(corpus.sequences[i]) for i in ids]
     assert lengths == sorted(lengths)
     for w in checks.WORLD_SIZES:
@@ -109,7 +109,7 @@ def test_world_size_layout_is_one_set_whatever_w(cfg, corpus):
 
 def test_float64_tolerance_is_the_exactness_bound(cfg):
     assert window.tolerance(cfg) == (1e-6, 1e-4)
-    assert window.tolerance(audit.with_dtype(cfg, "float64")) == (1e-12, 0.0)
+    assert window.tolerance(audits.with_dtype(cfg, "float64")) == (1e-12, 0.0)
 
 
 def test_audit_report_round_trips(tmp_path):

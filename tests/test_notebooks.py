@@ -9,8 +9,12 @@ from tests.conftest import ROOT
 
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 EXPECTED = ["00_setup", "01_mean_of_means", "02_token_explorer", "03_data_and_plan",
-            "04_global_denominator", "05_ddp_parity", "06_checkpoint_resume",
-            "07_evaluation", "08_exercise", "09_adapting"]
+            "04_global_denominator", "05_ddp_parity", "06_bug_lab",
+            "07_checkpoint_resume", "08_evaluation", "09_exercise",
+            "10_production_recipes", "11_adapting"]
+# Chapters that ask for a graded prediction before they reveal the answer.
+PREDICTS = ["01_mean_of_means", "02_token_explorer", "04_global_denominator",
+            "06_bug_lab", "07_checkpoint_resume", "09_exercise"]
 ABSOLUTE = re.compile(r"(?<![\w.])/(work|root|tmp|home|Users|private|var)/")
 
 
@@ -26,8 +30,34 @@ def _text_of(output):
     return "".join("".join(p) if isinstance(p, list) else p for p in parts)
 
 
-def test_the_ten_chapters_exist():
+def test_the_chapters_exist():
     assert [p.stem for p in CHAPTERS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", CHAPTERS[1:], ids=lambda p: p.stem)
+def test_chapter_ends_with_graded_exercises(path):
+    cells = _load(path)["cells"]
+    heads = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
+             and "## Exercises" in "".join(c["source"])]
+    assert len(heads) == 1, f"{path.name}: one '## Exercises' section"
+    graded = [c for c in cells[heads[0]:] if c["cell_type"] == "code"
+              and "check(" in "".join(c["source"])]
+    assert 3 <= len(graded) <= 5, f"{path.name}: 3-5 graded questions"
+    for cell in graded:
+        shown = "".join(_text_of(o) for o in cell["outputs"])
+        assert "correct" not in shown.replace("not yet", ""), (
+            f"{path.name}: a committed output answers a question")
+
+
+@pytest.mark.parametrize("stem", PREDICTS)
+def test_predictions_are_graded_before_the_reveal(stem):
+    cells = _load(ROOT / "notebooks" / f"{stem}.ipynb")["cells"]
+    exercises = next(i for i, c in enumerate(cells)
+                     if "## Exercises" in "".join(c["source"]))
+    asked = [i for i, c in enumerate(cells[:exercises]) if c["cell_type"] == "code"
+             and ("widgets.Quiz(" in "".join(c["source"])
+                  or re.search(r'check\("[a-z_]+\.predict', "".join(c["source"])))]
+    assert asked, f"{stem}: no graded prediction before the exercises"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
@@ -68,7 +98,9 @@ def test_key_numbers_are_in_the_committed_outputs():
     parity = outputs("05_ddp_parity")
     assert re.search(r"global_token\s+allclose=True", parity)
     assert re.search(r"mean_of_means\s+allclose=False", parity)
-    resume = outputs("06_checkpoint_resume")
+    resume = outputs("07_checkpoint_resume")
     assert "max |param diff| = 0.0 " in resume and "identical: True" in resume
-    assert "loss per token: trained" in outputs("07_evaluation")
-    assert "mean of means 2.00, global mean 2.50" in outputs("08_exercise")
+    assert "loss per token: trained" in outputs("08_evaluation")
+    assert "mean of means 2.00, global mean 2.50" in outputs("09_exercise")
+    bugs = outputs("06_bug_lab")
+    assert "every bug caught: True" in bugs and "no correct design flagged: True" in bugs

@@ -9,14 +9,11 @@ import pytest
 from course_lib import arithmetic
 from course_lib.widgets import (
     MAX_RANKS,
-    PredictionWidget,
     ThetaExplorer,
     TokenExplorer,
     explorer_state,
     fmt4,
-    grade_prediction,
     theta_state,
-    truth_from_report,
 )
 
 PNG = b"\x89PNG"
@@ -191,56 +188,3 @@ def test_theta_explorer_follows_the_slider():
         ex["grad_mean_of_means"], 4)
     x, y = th.markers["grad", "global"].get_data()
     assert list(x) == [0.5] and list(y) == [pytest.approx(ex["grad_global"])]
-
-
-# --- prediction ------------------------------------------------------------------------
-
-TRUTH = {"mean_of_means": 2.0, "global_mean": 2.5}
-
-
-def test_grade_prediction():
-    right = grade_prediction({"mean_of_means": 2.0, "global_mean": 2.5}, TRUTH)
-    assert right["all_correct"] and right["n_correct"] == 2
-    wrong = grade_prediction({"mean_of_means": 2.5, "global_mean": 2.0}, TRUTH)
-    assert not wrong["all_correct"] and wrong["n_correct"] == 0
-    half = grade_prediction({"mean_of_means": 2.0, "global_mean": 2.0}, TRUTH)
-    assert half["n_correct"] == 1
-    assert half["values"]["mean_of_means"]["correct"]
-    assert not half["values"]["global_mean"]["correct"]
-    assert half["values"]["global_mean"]["error"] == pytest.approx(0.5)
-    close = grade_prediction({"mean_of_means": 2.0004, "global_mean": 2.4}, TRUTH)
-    assert close["values"]["mean_of_means"]["correct"]
-    missing = grade_prediction({"mean_of_means": float("nan")}, TRUTH)
-    assert missing["n_correct"] == 0
-
-
-def test_prediction_widget_hides_the_answer_until_checked():
-    pw = PredictionWidget(TRUTH)
-    assert "2.5000" not in pw.verdict.value and "2.0000" not in pw.verdict.value
-    assert pw.result is None
-    pw.inputs["mean_of_means"].value = 2.0
-    pw.inputs["global_mean"].value = 2.0
-    pw.button.click()
-    assert pw.result["n_correct"] == 1
-    assert "mean of means: right" in pw.verdict.value
-    assert "global mean: not quite" in pw.verdict.value
-    pw.inputs["global_mean"].value = 2.5
-    assert pw.check()["all_correct"]
-    assert "2/2 right" in pw.verdict.value
-
-
-def test_prediction_widget_from_a_report_dict():
-    report = {"scenarios": [
-        {"name": "balanced", "tokens": [12, 12], "mean_of_means": 2.0,
-         "global_mean": 2.0},
-        {"name": "skewed", "tokens": [12, 36], "mean_of_means": 2.0,
-         "global_mean": 2.5},
-    ]}
-    assert truth_from_report(report, "balanced") == {"mean_of_means": 2.0,
-                                                     "global_mean": 2.0}
-    pw = PredictionWidget(report=report)
-    pw.inputs["mean_of_means"].value = 2.0
-    pw.inputs["global_mean"].value = 2.5
-    assert pw.check()["all_correct"]
-    with pytest.raises(ValueError):
-        truth_from_report(report, "nope")

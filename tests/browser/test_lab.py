@@ -5,6 +5,8 @@
    ``course_lib.arithmetic.global_mean`` gives for the values now shown.
 2. Chapter 05: opened without running, its committed outputs render,
    figures included.
+3. Chapter 01: a graded prediction: a wrong value gets a hint, the right one
+   "correct", and the answer never shows on the page.
 
 Screenshots go to ``runs/screenshots/``.
 """
@@ -192,6 +194,38 @@ def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots)
     prompts = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell "
                            ".jp-InputPrompt").all_inner_texts()
     assert not any("*" in p for p in prompts), "the chapter was executed, not just opened"
+
+
+def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screenshots):
+    name = "01_mean_of_means.ipynb"
+    _notebook(lab_server, name)
+    _open(page, lab_server, name)
+    _wait_kernel_ready(page, lab_server, name)
+    _run_all(page)
+    quiz = page.locator(".course-question").first
+    quiz.wait_for(state="visible", timeout=RUN_ALL_TIMEOUT_MS)
+    box = quiz.locator(".course-question-input input").first
+    verdict = quiz.locator(".course-question-verdict").first
+    button = quiz.locator(".course-question-check button, button.course-question-check")
+
+    def answer(text: str) -> str:
+        box.fill(text)
+        box.press("Enter")  # the text box syncs on Enter
+        button.first.click()
+        page.wait_for_function(
+            "([el, old]) => el.textContent.trim() !== old",
+            arg=[verdict.element_handle(), verdict.inner_text().strip()],
+            polling=100, timeout=30_000)
+        return verdict.inner_text().strip()
+
+    quiz.scroll_into_view_if_needed()
+    wrong = answer("2.5")
+    page.screenshot(path=str(screenshots / "01_prediction-wrong.png"))
+    assert wrong.startswith("not yet") and "correct" not in wrong, wrong
+    assert "2.0" not in wrong and not re.search(r"\b2\b", wrong), "the answer leaked"
+    right = answer("2")
+    page.screenshot(path=str(screenshots / "01_prediction-right.png"))
+    assert right == "correct", right
 
 
 def test_healthcheck_endpoint_needs_no_token(lab_server):
