@@ -77,7 +77,7 @@ class Ctx:
         return f"{self.job} ({inner})" if inner else self.job
 
     def parity_layout(self) -> window.Layout:
-        """The plan's window at ``parity.step``, the same at every W's plan."""
+        """The plan's window at ``parity.step``, for this launch's world size."""
         if "parity_layout" not in self._cache:
             sampler = make_sampler(self.cfg, self.corpus, self.world_size)
             for _ in range(self.cfg.parity.step + 1):
