@@ -223,7 +223,8 @@ def megatron_per_token(model, microbatches, world_size):
     then grads x 1 / clamp(N, 1) with N counted during the pass."""
     logged = _backprop(model, microbatches, masked_sum)
     total = global_count(window_count(microbatches))  # finalize_model_grads
-    _scale_grads(model, 1.0 / torch.clamp(total, min=1))
+    # 1 / N in float64: a float32 reciprocal alone is off by ~1e-8.
+    _scale_grads(model, 1.0 / torch.clamp(total, min=1).double())
     return logged
 
 

@@ -15,6 +15,7 @@ from course_lib.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO
 EXACT_RECIPES = {"course_rule", "fairseq", "hf_trainer_5_10_1", "accelerate_docs",
                  "torchtitan_fsdp", "megatron_per_token"}
 SCALED_RECIPES = {"hf_trainer_avg_tokens", "torchtitan_ddp"}
+CHECKS = ("parity", "world_size_invariance", "no_sync")
 EMPTY_WINDOW = {
     "course_rule": "raises",  # EmptyWindowError on every rank
     "fairseq": "zero step",
@@ -179,11 +180,13 @@ def test_a_uniform_scale_moves_sgd_and_barely_adam(cfg, corpus):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """`course-lib recipes --checks parity,no_sync`: one torchrun launch (W = 2)."""
+    """`course-lib recipes` with three checks: one torchrun launch at W = 2,
+    then one each at W = 1 and W = 4 for world_size_invariance."""
     out = tmp_path_factory.mktemp("recipes")
     proc = subprocess.run(
-        [sys.executable, "-m", "course_lib", "recipes", "--checks", "parity,no_sync",
-         "--out", str(out)], capture_output=True, text=True, timeout=600)
+        [sys.executable, "-m", "course_lib", "recipes", "--checks",
+         ",".join(CHECKS), "--out", str(out)], capture_output=True, text=True,
+        timeout=600)
     return out, proc
 
 
@@ -196,7 +199,7 @@ def test_the_command_exits_0_and_writes_the_report(run):
     report = reports.load(out, "recipes")
     assert report.every_prediction_holds
     assert list(report.recipes) == list(RECIPES)
-    assert report.checks == ["parity", "no_sync"]
+    assert report.checks == list(CHECKS)
     for name in RECIPES:
         assert name in proc.stdout
     data = json.loads(reports.report_path(out, "recipes").read_text())
@@ -212,6 +215,10 @@ def test_exact_recipes_pass_parity_and_the_others_fail_on_skewed_counts(run):
     for name, row in report.recipes.items():
         assert row.checks["parity"] == (name in EXACT_RECIPES), name
         assert row.checks["no_sync"], name
+        # A per-rank mean and a 1/W change with W; a mean of microbatch
+        # means over the same microbatches does not.
+        assert row.checks["world_size_invariance"] == (
+            name not in {"hf_trainer_4_46_0", "torchtitan_ddp"}), name
         skewed = row.regimes["skewed"]
         assert (skewed.verdict == EXACT) == (name in EXACT_RECIPES), name
         # Equal counts hide every bias; only a uniform scale still shows.
