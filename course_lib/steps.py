@@ -226,7 +226,8 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
 
 
 def load(spec: str) -> StepInfo:
-    """A built-in name, ``package.module:function`` or ``path/to/file.py:function``."""
+    """A built-in name, a recipe's name, ``package.module:function`` or
+    ``path/to/file.py:function``."""
     if spec in BUILTIN:
         return BUILTIN[spec]
     from .recipes import RECIPES  # the frameworks' recipes, kind "recipe"
