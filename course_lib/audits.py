@@ -86,8 +86,10 @@ def _world_size_check(out: Path, name: str, atol: float, rtol: float
 def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | None = None,
           *, dtype: str | None = None, data_dir: Path | None = None,
           trajectory_updates: int = 5, step_timeout: float = 60.0,
+          extra_jobs: tuple[jobs.Job, ...] = (),
           **kw) -> dict[str, reports.AuditReport]:
-    """Run the checks on each step; write and return ``audit-<step>.json``."""
+    """Run the checks on each step; write and return ``audit-<step>.json``.
+    ``extra_jobs`` ride along in the first launch, after the audit job."""
     cfg = with_dtype(cfg, dtype)
     names = check_names or list(checks.ALL)
     resolved = resolve_steps(specs)
@@ -97,7 +99,7 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     world = kw.pop("world_size", None) or cfg.train.world_size
     in_launch = [c for c in names if c in checks.IN_LAUNCH]
     todo: list[jobs.Job] = [jobs.AuditJob(worker_specs, in_launch, trajectory_updates,
-                                         step_timeout)]
+                                         step_timeout), *extra_jobs]
     ws = "world_size_invariance" in names
     if ws:
         ids = world_size_sequences(cfg, load_corpus(cfg, data_dir))

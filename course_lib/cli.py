@@ -21,6 +21,7 @@ from . import (
     paths,
     progress,
     protocol,
+    recipe_audit,
     reports,
     steps,
 )
@@ -175,6 +176,19 @@ def cmd_bugs(args) -> int:
     print(f"report: {reports.report_path(out, 'bugs')}")
     if not (report.every_bug_caught and report.no_false_alarm):
         raise CheckFailed("a bug went uncaught or a correct design was flagged")
+    return 0
+
+
+def cmd_recipes(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    names = audits.parse_checks(args.checks)
+    report = recipe_audit.run(cfg, out, names, dtype=args.dtype, **_launch_kw(args))
+    print(recipe_audit.describe(report))
+    print(f"report: {reports.report_path(out, 'recipes')}")
+    if not report.every_prediction_holds:
+        off = [n for n, row in report.recipes.items() if not row.matches]
+        raise CheckFailed(f"not as predicted: {', '.join(off)}")
     return 0
 
 
@@ -361,6 +375,11 @@ def build_parser() -> Parser:
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
     p = add("bugs", cmd_bugs, "every built-in step through every check -> "
             "reports/bugs.json", True)
+    p.add_argument("--dtype", default=None, choices=["float32", "float64"])
+    p = add("recipes", cmd_recipes, "the frameworks' recipes: verdicts on a balanced, "
+            "a skewed and an empty window -> reports/recipes.json", True)
+    p.add_argument("--checks", default=None, metavar="a,b,...",
+                   help="default: all of " + ", ".join(checks.ALL))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
     p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
     p.add_argument("--exercise-config", default="configs/exercise.yaml")

@@ -71,6 +71,15 @@ class WorldSizeJob:
     step_timeout: float = 60.0
 
 
+@dataclass(frozen=True)
+class RecipesJob:
+    """Each recipe on a balanced and a skewed window, and on an empty one
+    -> reports/recipes.json (the parent adds the audit's checks)."""
+
+    recipes: list[str]
+    step_timeout: float = 60.0
+
+
 JOB_TYPES = {
     "parity": ParityJob,
     "train": TrainJob,
@@ -80,11 +89,12 @@ JOB_TYPES = {
     "bench": BenchJob,
     "audit": AuditJob,
     "world_size": WorldSizeJob,
+    "recipes": RecipesJob,
 }
 _TAGS = {cls: tag for tag, cls in JOB_TYPES.items()}
 
 Job = (ParityJob | TrainJob | AblationsJob | ExerciseJob | SmokeJob | BenchJob
-       | AuditJob | WorldSizeJob)
+       | AuditJob | WorldSizeJob | RecipesJob)
 
 
 def tag(job: Job) -> str:

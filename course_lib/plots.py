@@ -239,3 +239,56 @@ def bug_matrix(report: reports.BugsReport) -> Figure:
 
 def _short(err: float) -> str:
     return "0" if err == 0 else f"{err:.0e}"
+
+
+# --- chapter 10: the frameworks' recipes ---------------------------------------------
+
+REGIME_COLORS = {"balanced": "#2166ac", "skewed": "#c51b7d"}
+
+
+def recipe_errors(report: reports.RecipesReport) -> Figure:
+    """||g - g*|| / ||g*|| per recipe, on the balanced and the skewed window."""
+    from .recipe_audit import REGIMES
+    from .recipes import EXACT_TOL
+
+    names = list(report.recipes)
+    rows = list(report.recipes.values())
+    fig, (ax,) = _figure(height=0.32 * len(names) + 1.2)
+    floor = 1e-9  # log axis: float32 rounding of an exact recipe sits near 1e-7
+    tol = EXACT_TOL.get(report.dtype, 1e-5)
+    for offset, regime in zip((-0.2, 0.2), REGIMES, strict=True):
+        errs = [r.relative_error[regime] for r in rows]
+        ax.barh([i + offset for i in range(len(names))],
+                [max(e, floor) if e is not None else 1.0 for e in errs], height=0.4,
+                color=REGIME_COLORS[regime], label=f"{regime} window")
+    ax.axvline(tol, color=COLORS["tolerance"], lw=2, label=f"exact below {tol:g}")
+    ax.set_yticks(range(len(names)), [r.label for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(floor, 2)
+    ax.set_xlabel("relative gradient error ||g - g*|| / ||g*||")
+    ax.set_title("Balanced counts hide the biased recipes; skewed counts expose them")
+    fig.legend(frameon=False, loc="outside lower center", ncols=3, fontsize=8)
+    return fig
+
+
+def scaled_training(runs) -> Figure:
+    """Loss per update with the exact gradient and with a scaled one, per optimizer."""
+    from .lr_scale import NAMES
+
+    optimizers = list(dict.fromkeys(r.optimizer for r in runs))
+    fig, axes = _figure(len(optimizers))
+    for ax, name in zip(axes, optimizers, strict=True):
+        for run in (r for r in runs if r.optimizer == name):
+            exact = run.drift == 0
+            ax.plot(range(1, len(run.losses) + 1), run.losses,
+                    color=COLORS["global_token" if exact else "mean_of_means"],
+                    lw=3 if exact else 1.5, alpha=0.5 if exact else 1.0,
+                    ls="-" if exact else "--",
+                    label=f"gradient x {run.factor:g}")
+        ax.set_title(NAMES[name])
+        ax.set_xlabel("update")
+        ax.legend(frameon=False)
+    axes[0].set_ylabel("window loss per token (nats)")
+    fig.suptitle("A uniform gradient scale changes SGD's steps, not Adam's")
+    return fig

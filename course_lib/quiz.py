@@ -16,9 +16,11 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from . import paths
+from .recipes import RECIPES, trains_the_token_mean
 
 
 class UnknownQuestion(KeyError):
@@ -138,6 +140,15 @@ def _from(name: str, *keys) -> Callable[[], Any]:
             value = value[key]
         return value
     return read
+
+
+def _recipe_names() -> list[str]:
+    """Every recipe but the course's own rule."""
+    return [name for name in RECIPES if name != "course_rule"]
+
+
+def _exact_recipes() -> list[str]:
+    return [name for name in _recipe_names() if trains_the_token_mean(name)]
 
 
 # --- the questions ------------------------------------------------------------------
@@ -335,6 +346,48 @@ QUESTIONS: dict[str, Question] = {
         "With balanced counts, does the mean of means pass the gradient check?",
         "choice", "yes", "balanced counts make every rank weigh the same",
         options=("yes", "no")),
+    # 10 production recipes
+    "recipes.predict": Question(
+        "Which recipes train the global token mean, leaving exactly the "
+        "reference gradient whatever the token counts?", "choices",
+        lambda: _exact_recipes(),
+        "an exact recipe weighs every token 1/N on every window: which "
+        "backprop and reduction pairs give W * S / N after DDP's average?",
+        options=tuple(_recipe_names())),
+    "recipes.1": Question(
+        "64 unmasked rows of 512 tokens (511 labels each after the shift): by "
+        "what factor does HF 4.46.2-5.9 with average_tokens_across_devices "
+        "scale the gradient?", "number", 511 / 512,
+        "N' counts the labels before the shift and the loss uses them after "
+        "it: how many labels does each row lose? The factor is N / N'.",
+        rel_tol=1e-6),
+    "recipes.2": Question(
+        "torchtitan #2206 on pure DDP over 8 ranks, SGD (momentum 0.9) at lr "
+        "0.05: which lr gives exactly the updates of the exact gradient at "
+        "0.05?", "number", 0.4,
+        "with SGD, multiplying every gradient by c moves the weights as "
+        "multiplying the learning rate by c would: what c does pure DDP add, "
+        "and what undoes it?", rel_tol=1e-4),
+    "recipes.3": Question(
+        "One microbatch holds no supervised token but the window does: which "
+        "recipe turns every rank's gradient into NaN?", "choice",
+        "megatron_pre_clamp",
+        "look for a recipe that divides a multiplicatively masked sum by a "
+        "count that can be 0", options=("fairseq", "hf_trainer_le_4_45",
+                                        "megatron_default", "megatron_pre_clamp",
+                                        "megatron_per_token")),
+    "recipes.4": Question(
+        "Run the recipes on 4 ranks: the measured factor of "
+        "hf_trainer_avg_tokens?", "number", lambda: _avg_tokens_factor(4),
+        "run the cell with world_size=4, then read the factor of "
+        "hf_trainer_avg_tokens (N and R are in its skewed regime)", rel_tol=1e-5),
+    "recipes.5": Question(
+        "Which check catches hf_trainer_4_46_0 and torchtitan_ddp but none of "
+        "the mean-of-microbatch-means recipes?", "choice", "world_size_invariance",
+        "run every check, then compare the failed checks of hf_trainer_4_46_0 "
+        "with those of lightning", options=("trajectory", "accumulation_invariance",
+                                            "world_size_invariance",
+                                            "permutation_invariance", "no_sync")),
     # 11 adapting
     "adapting.1": Question(
         "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "
@@ -351,6 +404,17 @@ QUESTIONS: dict[str, Question] = {
         "model.count_tokens give?", "number", lambda: _masked_tokens(20),
         "re-run the cell with the new parameter"),
 }
+
+
+@cache
+def _avg_tokens_factor(world_size: int) -> float:
+    """HF 4.46.2-5.9's scale N / (N + R) on the parity window at this W."""
+    from .protocol import corpus, load_config
+    from .recipe_audit import predicted_on_parity_window
+
+    cfg = load_config()
+    found = predicted_on_parity_window(cfg, corpus(cfg), world_size)
+    return found["hf_trainer_avg_tokens"].factor
 
 
 def _plan_tokens(step: int) -> int:

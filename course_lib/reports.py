@@ -155,12 +155,80 @@ class BugsReport:
     no_false_alarm: bool
 
 
+@dataclass(frozen=True)
+class RegimeInfo:
+    """One window the recipes are measured on, and its counts."""
+
+    description: str
+    local_tokens: list[int]
+    microbatch_tokens: list[list[int]]
+    global_tokens: int
+    first_label_rows: int  # R: rows whose first label is supervised
+
+
+@dataclass(frozen=True)
+class RegimeResult:
+    """One recipe on one window, against the reference gradient g*."""
+
+    relative_error: float | None  # ||g - g*|| / ||g*||
+    scale: float | None  # least squares <g, g*> / <g*, g*>
+    residual: float | None  # ||g - scale g*|| / ||g*||: 0 when collinear
+    verdict: str  # exact | biased | uniformly scaled | non-finite
+    factor: float | None  # the measured scale, when uniformly scaled
+    predicted_verdict: str
+    predicted_factor: float | None
+    matches: bool
+
+
+@dataclass(frozen=True)
+class EmptyWindowResult:
+    """One recipe on a window with no supervised token (N = 0)."""
+
+    outcome: str  # raises | zero step | NaN
+    loss_finite: bool | None  # None when the step raised or returns no loss
+    error: str
+    predicted: str
+    matches: bool
+
+
+@dataclass(frozen=True)
+class RecipeRow:
+    label: str
+    framework: str
+    versions: str
+    citation: str
+    backprop: str
+    reduction: str
+    objective: str
+    summary: str
+    checks: dict[str, bool]
+    regimes: dict[str, RegimeResult]
+    verdict: str  # measured on the skewed window: the general case
+    factor: float | None
+    relative_error: dict[str, float | None]  # per regime
+    empty_window: EmptyWindowResult
+    matches: bool
+
+
+@dataclass(frozen=True)
+class RecipesReport:
+    world_size: int
+    backend: str
+    device: str
+    dtype: str
+    checks: list[str]
+    regimes: dict[str, RegimeInfo]
+    recipes: dict[str, RecipeRow]
+    every_prediction_holds: bool
+
+
 TYPES = {
     "parity": ParityReport,
     "resume": ResumeReport,
     "evaluation": EvaluationReport,
     "exercise": ExerciseReport,
     "bugs": BugsReport,
+    "recipes": RecipesReport,
 }
 
 

@@ -18,8 +18,9 @@ Set-up before the first forward (a DDP comm hook, say) goes in an optional
 ``setup(model, world_size)`` attribute of the step; the audit calls it once,
 right after wrapping a fresh model in DDP. ``with_setup`` attaches one.
 
-A step is named by a short built-in name (``global_token``), by
-``package.module:function`` or by ``path/to/file.py:function``.
+A step is named by a short built-in name (``global_token``), a recipe's
+name (``fairseq``, see ``recipes``), by ``package.module:function`` or by
+``path/to/file.py:function``.
 """
 
 from __future__ import annotations
@@ -225,12 +226,18 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
 
 
 def load(spec: str) -> StepInfo:
-    """A built-in name, ``package.module:function`` or ``path/to/file.py:function``."""
+    """A built-in name, a recipe's name, ``package.module:function`` or
+    ``path/to/file.py:function``."""
     if spec in BUILTIN:
         return BUILTIN[spec]
+    from .recipes import RECIPES  # the frameworks' recipes, kind "recipe"
+
+    if spec in RECIPES:
+        return RECIPES[spec].step
     if ":" not in spec:
         known = ", ".join(BUILTIN)
-        raise StepSpecError(f"--step: {spec!r} is not a built-in step ({known}) "
+        raise StepSpecError(f"--step: {spec!r} is not a built-in step ({known}), "
+                            "a recipe (course-lib recipes) "
                             "nor module:function or file.py:function")
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):

@@ -7,6 +7,7 @@ launch. Each job type has one function here or in ``checks``:
   ParityJob      DDP gradient vs reference, both modes -> parity.json
   AuditJob       steps x checks -> audit-<step>.json      (checks.job_audit)
   WorldSizeJob   one step's gradient at this W            (checks.job_world_size)
+  RecipesJob     the frameworks' recipes, 3 windows -> recipes.json (recipe_audit)
   ExerciseJob    the 12 -> 36 tokens exercise -> exercise.json
   TrainJob       stop / continuous / resume (one window per update)
   AblationsJob   resume-check: full resume vs continuous + ablations
@@ -41,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import arithmetic, checkpoint, checks, jobs, reports, window
+from . import arithmetic, checkpoint, checks, jobs, recipe_audit, reports, window
 from .config import Config, from_dict
 from .data import Corpus, load_corpus, make_sampler
 from .model import build_model, loss_sum
@@ -480,6 +481,7 @@ JOBS = {
     jobs.ParityJob: job_parity,
     jobs.AuditJob: checks.job_audit,
     jobs.WorldSizeJob: checks.job_world_size,
+    jobs.RecipesJob: recipe_audit.job_recipes,
     jobs.ExerciseJob: job_exercise,
     jobs.TrainJob: job_train,
     jobs.AblationsJob: job_ablations,
