@@ -14,7 +14,7 @@ EXPECTED = ["00_setup", "01_mean_of_means", "02_token_explorer", "03_data_and_pl
             "10_production_recipes", "11_adapting"]
 # Chapters that ask for a graded prediction before they reveal the answer.
 PREDICTS = ["01_mean_of_means", "02_token_explorer", "04_global_denominator",
-            "06_bug_lab", "07_checkpoint_resume", "09_exercise"]
+            "06_bug_lab", "07_checkpoint_resume", "09_exercise", "10_production_recipes"]
 ABSOLUTE = re.compile(r"(?<![\w.])/(work|root|tmp|home|Users|private|var)/")
 
 

@@ -54,7 +54,8 @@ def test_a_wrong_answer_gets_a_hint_and_never_the_answer(qid):
 def test_every_chapter_has_three_to_five_exercises():
     for chapter in ("mean_of_means", "token_explorer", "data_and_plan",
                     "global_denominator", "ddp_parity", "bug_lab",
-                    "checkpoint_resume", "evaluation", "exercise", "adapting"):
+                    "checkpoint_resume", "evaluation", "exercise", "recipes",
+                    "adapting"):
         exercises = [k for k in quiz.questions(chapter) if "predict" not in k]
         assert 3 <= len(exercises) <= 5, chapter
 
