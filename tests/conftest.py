@@ -1,5 +1,6 @@
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,10 @@ def with_train(cfg, **changes):
 
 
 def worker_processes(marker: str = "course_lib.worker") -> list[int]:
-    """PIDs whose command line runs the course's torchrun worker."""
+    """PIDs whose command line runs the course's torchrun worker (or, with
+    marker="torch.distributed.run", the torchrun agent) with this checkout's
+    interpreter: other checkouts' jobs on the same machine are not ours."""
+    ours = sys.executable.encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -40,6 +44,6 @@ def worker_processes(marker: str = "course_lib.worker") -> list[int]:
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker.encode() in cmd and state != "Z":
+        if marker.encode() in cmd and cmd.startswith(ours) and state != "Z":
             found.append(int(entry))
     return found
