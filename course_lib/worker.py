@@ -36,12 +36,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import arithmetic, checkpoint, reports
+from . import arithmetic, checkpoint, elastic, errorlog, faults, progress, reports
 from .config import Config, from_dict
 from .data import Corpus, collate, load_corpus, make_sampler
 from .model import build_model
 from .normalize import MODES, accumulate_window
-from .progress import PROGRESS_PREFIX
 from .reference import compare, flat_grad, reference_gradient
 
 
@@ -79,8 +78,7 @@ class Ctx:
 
     def progress(self, task: str, done: int, total: int) -> None:
         if self.rank == 0:
-            msg = {"job": task, "done": done, "total": total, "label": ""}
-            print(PROGRESS_PREFIX + json.dumps(msg), flush=True)
+            progress.emit(task, done, total)
 
     def header(self) -> dict:
         return {
@@ -267,6 +265,7 @@ def _maybe_fault(ctx: Ctx, step: int) -> None:
         return
     if f.get("delay"):
         time.sleep(float(f["delay"]))
+    faults.inject(f, ctx.rank, step)
     if f.get("kind") == "crash" and f.get("rank") == ctx.rank and f.get("step") == step:
         raise RuntimeError(f"injected fault: rank {ctx.rank} crashes at step {step}")
 
@@ -501,6 +500,7 @@ def job_bench(ctx: Ctx, spec: dict) -> None:
 def run_jobs(ctx: Ctx, jobs: list[dict]) -> None:
     base_out = ctx.out
     for spec in jobs:
+        spec = elastic.resume_after_restart(ctx, spec)
         ctx.out = Path(spec.get("run_dir", base_out))
         ctx.job, ctx.step = spec["job"], None
         if spec["job"] == "train":
@@ -558,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             where = f" at step {ctx.step}" if ctx.step is not None else ""
             print(f"rank {ctx.rank} failed in {ctx.job}{where}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        else:
+            errorlog.record_setup_error(Path(args.run_file).parent, exc)
         return 1
     finally:
         if ctx is not None:
