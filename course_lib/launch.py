@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,15 @@ def torchrun_command(run_file: Path, nproc_per_node: int,
     cmd = [sys.executable, "-m", "torch.distributed.run",
            "--nproc-per-node", str(nproc_per_node), "--max-restarts", str(max_restarts),
            "--monitor-interval", "0.1"]
-    if multinode is None:
+    if multinode is None and max_restarts > 0:
+        # A store shared across restarts still holds the dead workers' gloo
+        # addresses, so a restarted mesh may dial them. The c10d rendezvous
+        # with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (see _run) gives every
+        # round a fresh store.
+        cmd += ["--nnodes", "1", "--node-rank", "0", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                "--rdzv-id", f"course-{uuid.uuid4().hex[:12]}"]
+    elif multinode is None:
         cmd += ["--nnodes", "1", "--node-rank", "0",
                 "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     else:
@@ -307,6 +316,8 @@ def _run(run: dict, placement: Placement, nproc: int, multinode: MultiNode | Non
            "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
            # margin: file mtimes come from a coarser clock than time.time()
            elastic.LAUNCHED_AT: repr(wall_start - 0.5)}
+    if max_restarts > 0:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     sink = progress or progress_mod.make()
     started, tail = time.monotonic(), deque(maxlen=2000)
     proc = subprocess.Popen(
