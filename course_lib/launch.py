@@ -206,15 +206,22 @@ def rank_states(proc: subprocess.Popen) -> dict[int, str]:
     return states
 
 
+def _libc_prctl():
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl() if sys.platform.startswith("linux") else None
+
+
 def _die_with_this_process() -> None:
     """Runs in the torchrun child before exec: if the launcher is killed
     (SIGKILL leaves no chance to clean up), Linux kills torchrun too, and
-    the workers follow it (they ask the same of torchrun)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    the workers follow it (they ask the same of torchrun). libc is loaded
+    beforehand: a forked child should call, not load."""
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 # --- the launch ----------------------------------------------------------------
@@ -323,7 +330,7 @@ def _run(run: dict, placement: Placement, nproc: int, multinode: MultiNode | Non
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
         start_new_session=True,
-        preexec_fn=_die_with_this_process if sys.platform.startswith("linux") else None)
+        preexec_fn=_die_with_this_process if _PRCTL is not None else None)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     failure, states = None, {}

@@ -162,3 +162,12 @@ def test_unwritable_out_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Not a directory" in lines[0], proc.stderr
+
+
+def test_notebooks_print_rounding_level_errors_as_a_bound():
+    from course_lib.portable import err_bound
+
+    assert err_bound(7.450580596923828e-09) == err_bound(3.725290298461914e-09) == "< 1e-7"
+    assert err_bound(0.0) == "< 1e-7"
+    assert err_bound(0.0064258938655257225) == "= 6.43e-03"
+    assert err_bound(None) == "= n/a"
