@@ -128,6 +128,12 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 5] + " ...)"
 
 
+def _key(key: Any) -> str:
+    """A YAML key as one short line of a message."""
+    plain = isinstance(key, str) and key.isprintable() and 0 < len(key) <= 40
+    return key if plain else _show(key, 40)
+
+
 def _coerce(path: str, value: Any, typ: Any) -> Any:
     """Convert a YAML value to the annotated type, or raise naming the field."""
     if typ in ("int", int):
@@ -176,7 +182,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in known:
-            raise ConfigError(f"{prefix}.{key}: unknown field")
+            raise ConfigError(f"{prefix}.{_key(key)}: unknown field")
     kwargs = {
         key: _coerce(f"{prefix}.{key}", value, known[key].type)
         for key, value in raw.items()
@@ -189,7 +195,7 @@ def _build_exercise(raw: Any) -> ExerciseConfig:
         raise ConfigError(f"exercise: expected a mapping, got {_show(raw)}")
     unknown = set(raw) - {"per_token_loss", "scenarios"}
     if unknown:
-        raise ConfigError(f"exercise.{sorted(unknown)[0]}: unknown field")
+        raise ConfigError(f"exercise.{_key(sorted(unknown, key=str)[0])}: unknown field")
     losses = _coerce(
         "exercise.per_token_loss", raw.get("per_token_loss", [1, 3]), "tuple[float, ...]"
     )
@@ -212,7 +218,7 @@ def from_dict(raw: Any) -> Config:
     allowed = {"name", "seed", "exercise", *_SECTIONS}
     for key in raw:
         if key not in allowed:
-            raise ConfigError(f"{key}: unknown field")
+            raise ConfigError(f"{_key(key)}: unknown field")
     kwargs: dict[str, Any] = {}
     if "name" in raw:
         kwargs["name"] = _coerce("name", raw["name"], str)

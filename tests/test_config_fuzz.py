@@ -97,7 +97,7 @@ def test_non_utf8_config_is_one_line(tmp_path):
         raise AssertionError("accepted a non-UTF-8 file")
 
 
-@settings(max_examples=3, deadline=None, database=None,
+@settings(max_examples=1, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes)
 @example(edits=[(("seed",), 99)])

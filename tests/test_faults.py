@@ -3,6 +3,7 @@ errors, a stopped rank, a killed CLI, two runs into one --out, a full disk."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course_lib import checkpoint, data, launch, paths, protocol, reports, runlock
+from course_lib import checkpoint, cli, data, launch, paths, protocol, reports, runlock
 from tests.conftest import ROOT, worker_processes
 
 pytestmark = pytest.mark.torchrun
@@ -125,8 +126,10 @@ def test_a_set_up_failure_is_the_first_line_of_the_error(tmp_path, cfg):
     # timedelta cannot hold this: the workers' set-up fails before any context.
     with pytest.raises(launch.LaunchError) as err:
         protocol.parity(cfg, tmp_path, timeout=300, collective_timeout=10**15)
+    # Whichever rank fails first is named (torchrun may stop the other one
+    # before it writes its own record).
     first = str(err.value).splitlines()[0]
-    assert first.startswith("ranks 0, 1 failed in setup: OverflowError"), first
+    assert re.match(r"ranks? [01](, 1)? failed in setup: OverflowError", first), first
     assert err.value.job == "setup"
 
 
@@ -134,7 +137,7 @@ def test_a_set_up_failure_is_the_first_line_of_the_error(tmp_path, cfg):
 
 
 def test_a_stopped_rank_is_named_and_nothing_survives(tmp_path):
-    timeout = 15
+    timeout = 12
     started = time.monotonic()
     proc = _cli("train", "--stop-at", 50, "--out", tmp_path, "--timeout", timeout,
                 env={"COURSE_FAULT": json.dumps({"delay": 0.1})})
@@ -190,19 +193,18 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path):
 # --- a full disk ------------------------------------------------------------------------
 
 
-def test_disk_full_is_a_clear_error_and_no_partial_checkpoint_counts(tmp_path,
-                                                                       small_ckpt_config):
-    proc = _cli("train", "--stop-at", 8, "--config", small_ckpt_config, "--out", tmp_path,
-                env={"COURSE_FAULT": json.dumps({"kind": "enospc", "rank": 0, "step": 6})})
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 1, stderr
-    first = stderr.splitlines()[0]
-    assert "rank 0 failed in train at step 8" in first, first
-    assert "No space left on device" in first, first
+def test_disk_full_is_a_clear_error_and_no_partial_checkpoint_counts(
+        tmp_path, small_ckpt_config, capsys):
+    cfg = protocol.load_config(small_ckpt_config)
+    with pytest.raises(launch.LaunchError) as err:
+        protocol.train(cfg, tmp_path, stop_at=8, timeout=300,
+                       fault={"kind": "enospc", "rank": 0, "step": 6})
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("rank 0 failed in train at step 8: OSError: [Errno 28] "
+                            "No space left on device"), first
     assert checkpoint.latest_valid(tmp_path) == checkpoint.step_dir(tmp_path, 5)
-    check = subprocess.run([sys.executable, "-m", "course_lib", "check-checkpoints",
-                            "--out", tmp_path], capture_output=True, text=True, cwd=ROOT)
-    assert check.returncode == 0, check.stderr
-    assert check.stdout.splitlines() == ["ok   checkpoints/step-0005",
-                                         "skip checkpoints/step-0008.tmp (an interrupted "
-                                         "write, never loaded)"]
+    capsys.readouterr()
+    assert cli.main(["check-checkpoints", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "ok   checkpoints/step-0005",
+        "skip checkpoints/step-0008.tmp (an interrupted write, never loaded)"]

@@ -14,9 +14,8 @@ import time
 import pytest
 import torch
 
-from course_lib import checkpoint, data, elastic, faults, launch, progress, runlock
+from course_lib import checkpoint, cli, data, elastic, faults, launch, progress, runlock
 from course_lib.model import build_model
-from tests.conftest import ROOT
 
 # --- progress channel ------------------------------------------------------------
 
@@ -153,15 +152,12 @@ def test_restart_records_are_read_back_in_order(tmp_path):
 # --- unwritable --out --------------------------------------------------------------
 
 
-def test_unwritable_out_is_one_line_and_exit_2(tmp_path):
+def test_unwritable_out_is_one_line_and_exit_2(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    proc = subprocess.run([sys.executable, "-m", "course_lib", "train", "--stop-at", "1",
-                           "--out", str(blocker / "run")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Not a directory" in lines[0], proc.stderr
+    assert cli.main(["train", "--stop-at", "1", "--out", str(blocker / "run")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Not a directory" in lines[0], lines
 
 
 def test_notebooks_print_rounding_level_errors_as_a_bound():
