@@ -160,8 +160,12 @@ def describe(report: reports.AuditReport) -> str:
              f"{report.backend} on {report.device}, {report.dtype}"]
     for name, c in report.checks.items():
         verdict = "PASS" if c.passed else "FAIL"
-        detail = (c.note if c.max_abs_err is None else
-                  f"max |err| {_err(c.max_abs_err)} (atol {c.atol:g}, rtol {c.rtol:g})")
+        if c.max_abs_err is None:
+            detail = c.note
+        elif c.passed:  # rounding decides the digits: the report keeps them
+            detail = f"max |err| within atol {c.atol:g}, rtol {c.rtol:g}"
+        else:
+            detail = f"max |err| {_err(c.max_abs_err)} (atol {c.atol:g}, rtol {c.rtol:g})"
         lines.append(f"  {name:<24} {verdict}  {detail}")
     lines.append(f"  {'verdict':<24} {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)

@@ -254,9 +254,10 @@ def compare_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> di
 
 
 def list_checkpoints(root: Path) -> list[Path]:
-    """Every step-NNNN folder under ``root``, sorted by run then step."""
+    """Every step-NNNN folder under ``root``, sorted by run then step
+    (never an interrupted write's ``step-NNNN.tmp``)."""
     found = [p for p in Path(root).rglob("step-*")
-             if p.is_dir() and p.parent.name == "checkpoints"]
+             if p.is_dir() and p.parent.name == "checkpoints" and STEP_DIR.match(p.name)]
     return sorted(found)
 
 

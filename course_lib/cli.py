@@ -16,6 +16,7 @@ from . import (
     audits,
     checkpoint,
     checks,
+    elastic,
     jobs,
     launch,
     paths,
@@ -65,6 +66,8 @@ def _launch_kw(args) -> dict:
           "progress": progress.make(stream=sys.stderr)}
     if getattr(args, "world_size", None):
         kw["world_size"] = args.world_size
+    if getattr(args, "max_restarts", 0):
+        kw["max_restarts"] = args.max_restarts
     if getattr(args, "nnodes", 1) > 1 or getattr(args, "rdzv_endpoint", None):
         if not args.rdzv_endpoint:
             raise BadInput("--rdzv-endpoint: required with --nnodes > 1")
@@ -199,7 +202,10 @@ def cmd_train(args) -> int:
                              resume=Path(args.resume) if args.resume else None,
                              **_launch_kw(args))
     latest = checkpoint.latest_valid(run_dir)
-    _print({"run_dir": str(run_dir), "latest_checkpoint": str(latest)})
+    restarts = [{k: r[k] for k in ("restart", "resumed_from_step") if k in r}
+                for r in elastic.read_restarts([run_dir])]
+    _print({"run_dir": str(run_dir), "latest_checkpoint": str(latest),
+            "restarts": restarts})
     return 0
 
 
@@ -355,6 +361,9 @@ def build_parser() -> Parser:
     mode.add_argument("--continuous", action="store_true")
     mode.add_argument("--resume", default=None, metavar="CKPT_DIR")
     p.add_argument("--stop-at", type=int, default=None)
+    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="torchrun restarts all workers up to N times after a failure; "
+                   "they resume from the newest valid checkpoint")
     add("resume-check", cmd_resume_check, "resumed vs continuous -> resume.json", True)
     p = add("evaluate", cmd_evaluate, "test loss and accuracy -> evaluation.json")
     p.add_argument("--checkpoint", default=None)
@@ -394,6 +403,8 @@ def _validate(args) -> None:
         raise BadInput("--stop-at: must be at least 1")
     if getattr(args, "timeout", 1) <= 0:
         raise BadInput("--timeout: must be positive")
+    if getattr(args, "max_restarts", 0) < 0:
+        raise BadInput("--max-restarts: must be at least 0")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             DataLockError, steps.StepSpecError, audits.AuditInputError) as exc:
         print(f"course-lib: error: {exc}", file=sys.stderr)
         return 2
-    except FileNotFoundError as exc:
+    except OSError as exc:  # e.g. --out not writable, disk full, run dir in use
         print(f"course-lib: error: {exc}", file=sys.stderr)
         return 2
     except LaunchError as exc:

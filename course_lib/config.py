@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,27 +123,44 @@ _SECTIONS = {
 }
 
 
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...)"
+
+
+def _key(key: Any) -> str:
+    """A YAML key as one short line of a message."""
+    plain = isinstance(key, str) and key.isprintable() and 0 < len(key) <= 40
+    return key if plain else _show(key, 40)
+
+
 def _coerce(path: str, value: Any, typ: Any) -> Any:
     """Convert a YAML value to the annotated type, or raise naming the field."""
     if typ in ("int", int):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+            raise ConfigError(f"{path}: expected an integer, got {_show(value)}")
         return value
     if typ in ("float", float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
-        return float(value)
+            raise ConfigError(f"{path}: expected a number, got {_show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{path}: expected a finite number, got {_show(value)}")
+        return number
     if typ in ("str", str):
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(f"{path}: expected a string, got {_show(value)}")
         return value
     if typ == "tuple[int, ...]":
         if not isinstance(value, list):
-            raise ConfigError(f"{path}: expected a list of integers, got {value!r}")
+            raise ConfigError(f"{path}: expected a list of integers, got {_show(value)}")
         return tuple(_coerce(f"{path}[{i}]", v, int) for i, v in enumerate(value))
     if typ == "tuple[float, ...]":
         if not isinstance(value, list):
-            raise ConfigError(f"{path}: expected a list of numbers, got {value!r}")
+            raise ConfigError(f"{path}: expected a list of numbers, got {_show(value)}")
         return tuple(_coerce(f"{path}[{i}]", v, float) for i, v in enumerate(value))
     if typ == "tuple[tuple[int, int], ...]":
         if not isinstance(value, list):
@@ -150,7 +168,7 @@ def _coerce(path: str, value: Any, typ: Any) -> Any:
         bands = []
         for i, pair in enumerate(value):
             if not (isinstance(pair, list) and len(pair) == 2):
-                raise ConfigError(f"{path}[{i}]: expected [low, high], got {pair!r}")
+                raise ConfigError(f"{path}[{i}]: expected [low, high], got {_show(pair)}")
             bands.append(tuple(_coerce(f"{path}[{i}]", v, int) for v in pair))
         return tuple(bands)
     raise TypeError(f"unsupported config type {typ!r} at {path}")
@@ -160,11 +178,11 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix}: expected a mapping, got {raw!r}")
+        raise ConfigError(f"{prefix}: expected a mapping, got {_show(raw)}")
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in known:
-            raise ConfigError(f"{prefix}.{key}: unknown field")
+            raise ConfigError(f"{prefix}.{_key(key)}: unknown field")
     kwargs = {
         key: _coerce(f"{prefix}.{key}", value, known[key].type)
         for key, value in raw.items()
@@ -174,18 +192,20 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
 
 def _build_exercise(raw: Any) -> ExerciseConfig:
     if not isinstance(raw, dict):
-        raise ConfigError(f"exercise: expected a mapping, got {raw!r}")
+        raise ConfigError(f"exercise: expected a mapping, got {_show(raw)}")
     unknown = set(raw) - {"per_token_loss", "scenarios"}
     if unknown:
-        raise ConfigError(f"exercise.{sorted(unknown)[0]}: unknown field")
+        raise ConfigError(f"exercise.{_key(sorted(unknown, key=str)[0])}: unknown field")
     losses = _coerce(
         "exercise.per_token_loss", raw.get("per_token_loss", [1, 3]), "tuple[float, ...]"
     )
     scenarios = []
+    if not isinstance(raw.get("scenarios") or [], list):
+        raise ConfigError("exercise.scenarios: expected a list of {name, tokens}")
     for i, item in enumerate(raw.get("scenarios") or []):
         where = f"exercise.scenarios[{i}]"
         if not isinstance(item, dict) or set(item) != {"name", "tokens"}:
-            raise ConfigError(f"{where}: expected {{name, tokens}}, got {item!r}")
+            raise ConfigError(f"{where}: expected {{name, tokens}}, got {_show(item)}")
         name = _coerce(f"{where}.name", item["name"], str)
         tokens = _coerce(f"{where}.tokens", item["tokens"], "tuple[int, ...]")
         scenarios.append(Scenario(name=name, tokens=tokens))
@@ -198,7 +218,7 @@ def from_dict(raw: Any) -> Config:
     allowed = {"name", "seed", "exercise", *_SECTIONS}
     for key in raw:
         if key not in allowed:
-            raise ConfigError(f"{key}: unknown field")
+            raise ConfigError(f"{_key(key)}: unknown field")
     kwargs: dict[str, Any] = {}
     if "name" in raw:
         kwargs["name"] = _coerce("name", raw["name"], str)
@@ -220,10 +240,17 @@ def _require(ok: bool, field_path: str, message: str) -> None:
 
 def validate(cfg: Config) -> None:
     d, m, t, p = cfg.data, cfg.model, cfg.train, cfg.parity
-    _require(cfg.name.replace("-", "").replace("_", "").isalnum(), "name",
-             "use letters, digits, '-' and '_' only")
+    _require(cfg.name.replace("-", "").replace("_", "").isalnum() and cfg.name.isascii()
+             and len(cfg.name) <= 64, "name",
+             "use at most 64 ASCII letters, digits, '-' and '_'")
+    _require(0 <= cfg.seed < 2**31, "seed", "must be in [0, 2**31)")
+    # Caps keep every command quick on a laptop: the corpus is generated in
+    # pure Python, the plan is drawn window by window.
     for key in ("train_sequences", "validation_sequences", "test_sequences"):
-        _require(getattr(d, key) > 0, f"data.{key}", "must be positive")
+        _require(0 < getattr(d, key) <= 100_000, f"data.{key}", "must be in [1, 100000]")
+    total = d.train_sequences + d.validation_sequences + d.test_sequences
+    _require(total * d.max_length <= 4_000_000, "data.train_sequences",
+             "all sequences x data.max_length must be at most 4,000,000 tokens")
     _require(2 <= d.min_length <= d.max_length, "data.min_length",
              "must be at least 2 and at most data.max_length")
     _require(d.max_length <= 512, "data.max_length", "must be at most 512")
@@ -234,20 +261,27 @@ def validate(cfg: Config) -> None:
         _require(d.min_length <= lo <= hi <= d.max_length,
                  f"data.rank_length_bands[{i}]",
                  f"[{lo}, {hi}] must lie inside [min_length, max_length]")
-    _require(m.d_model > 0 and m.d_model % m.n_heads == 0, "model.d_model",
-             "must be a positive multiple of model.n_heads")
-    _require(m.n_layers > 0, "model.n_layers", "must be positive")
-    _require(m.n_heads > 0, "model.n_heads", "must be positive")
-    _require(m.d_ff > 0, "model.d_ff", "must be positive")
+    _require(0 < m.n_heads <= 64, "model.n_heads", "must be in [1, 64]")
+    _require(0 < m.d_model <= 1024 and m.d_model % m.n_heads == 0, "model.d_model",
+             "must be a multiple of model.n_heads in [1, 1024]")
+    _require(0 < m.n_layers <= 24, "model.n_layers", "must be in [1, 24]")
+    _require(0 < m.d_ff <= 8192, "model.d_ff", "must be in [1, 8192]")
     _require(0.0 <= m.dropout < 1.0, "model.dropout", "must be in [0, 1)")
     _require(1 <= t.world_size <= 64, "train.world_size", "must be in [1, 64]")
-    _require(t.updates > 0, "train.updates", "must be positive")
+    _require(len(d.rank_length_bands) == t.world_size
+             or d.max_length - d.min_length + 1 >= t.world_size, "train.world_size",
+             "needs one band in data.rank_length_bands per rank, or at least one "
+             "length in [min_length, max_length] per rank")
+    _require(0 < t.updates <= 100_000, "train.updates", "must be in [1, 100000]")
     _require(0 < t.stop_at <= t.updates, "train.stop_at", "must be in [1, updates]")
     _require(t.checkpoint_every > 0, "train.checkpoint_every", "must be positive")
-    _require(t.accumulation > 0, "train.accumulation", "must be positive")
-    _require(t.batch_size_per_rank > 0, "train.batch_size_per_rank",
-             "must be positive")
-    _require(t.lr > 0, "train.lr", "must be positive")
+    _require(0 < t.accumulation <= 1024, "train.accumulation", "must be in [1, 1024]")
+    _require(0 < t.batch_size_per_rank <= 4096, "train.batch_size_per_rank",
+             "must be in [1, 4096]")
+    _require(0 < t.lr <= 1000, "train.lr", "must be in (0, 1000]")
+    _require(t.updates * t.accumulation * t.batch_size_per_rank <= 2_000_000,
+             "train.updates", "updates x accumulation x batch_size_per_rank must be at "
+             "most 2,000,000 draws per rank")
     _require(0 <= t.momentum < 1, "train.momentum", "must be in [0, 1)")
     _require(t.dtype in ("float32", "float64"), "train.dtype",
              "must be float32 or float64")
@@ -278,4 +312,9 @@ def load(path: str | Path) -> Config:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" (line {line + 1})" if line is not None else ""
         raise ConfigError(f"{path.name}: not valid YAML{where}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path.name}: not UTF-8 text") from None
+    except (ValueError, RecursionError) as exc:  # e.g. a date like 2024-13-45
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path.name}: unreadable value ({why})") from None
     return from_dict(raw)

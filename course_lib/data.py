@@ -10,13 +10,15 @@ import bisect
 import hashlib
 import json
 import math
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .config import Config
+from . import paths
+from .config import Config, ConfigError
 
 IGNORE_INDEX = -100
 FORMAT_VERSION = 1
@@ -171,15 +173,52 @@ def corpus_paths(cfg: Config, data_dir: Path) -> tuple[Path, Path]:
     return stem.with_suffix(".json"), stem.with_suffix(".lock.json")
 
 
+def _write_atomically(path: Path, payload: bytes) -> None:
+    """Readers (another run, another rank) never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(payload)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_corpus(cfg: Config, data_dir: Path) -> Corpus:
     corpus = generate_corpus(cfg)
     data_path, lock_path = corpus_paths(cfg, data_dir)
     data_path.parent.mkdir(parents=True, exist_ok=True)
-    data_path.write_bytes(
-        _canonical_bytes(cfg, corpus.source, corpus.sequences, corpus.splits)
-    )
-    lock_path.write_text(json.dumps(lock_record(cfg, corpus), indent=2) + "\n")
+    _write_atomically(data_path, _canonical_bytes(cfg, corpus.source, corpus.sequences,
+                                                  corpus.splits))
+    _write_atomically(lock_path,
+                      (json.dumps(lock_record(cfg, corpus), indent=2) + "\n").encode())
     return corpus
+
+
+def _has_corpus(cfg: Config, data_dir: Path) -> bool:
+    return any(p.exists() for p in corpus_paths(cfg, data_dir))
+
+
+def generated_home(data_dir: Path) -> Path:
+    """Where corpora that ``data_dir`` lacks are generated: never the committed
+    ``data/`` (it holds the committed configs' corpora only), but the
+    git-ignored ``runs/data/``; any other directory holds its own."""
+    if Path(data_dir).resolve() == paths.data_dir().resolve():
+        return paths.generated_data_dir()
+    return Path(data_dir)
+
+
+def locate(cfg: Config, data_dir: Path) -> Path:
+    """The directory holding this config's corpus, generated there if needed.
+
+    A corpus is deterministic from the config, so a learner's own config needs
+    no separate ``prepare`` step.
+    """
+    if _has_corpus(cfg, data_dir):
+        return Path(data_dir)
+    home = generated_home(data_dir)
+    if not all(p.is_file() for p in corpus_paths(cfg, home)):
+        write_corpus(cfg, home)
+    return home
 
 
 def lock_record(cfg: Config, corpus: Corpus) -> dict:
@@ -221,8 +260,11 @@ def prepare(cfg: Config, data_dir: Path) -> tuple[Corpus, str]:
     """Regenerate the corpus and compare it with the committed one.
 
     Returns (corpus, status) where status is "written" (nothing was there) or
-    "verified". Raises DataLockError on any mismatch.
+    "verified". Raises DataLockError on any mismatch. A corpus that is not in
+    ``data_dir`` is looked for, or written, in ``generated_home(data_dir)``.
     """
+    if not _has_corpus(cfg, data_dir):
+        data_dir = generated_home(data_dir)
     data_path, lock_path = corpus_paths(cfg, data_dir)
     if not data_path.exists() and not lock_path.exists():
         return write_corpus(cfg, data_dir), "written"
@@ -314,8 +356,17 @@ class WindowSampler:
 
 def make_sampler(cfg: Config, corpus: Corpus, world_size: int) -> WindowSampler:
     t = cfg.train
-    pools = rank_pools(corpus, rank_bands(cfg, world_size))
-    return WindowSampler(pools, t.accumulation, t.batch_size_per_rank, cfg.seed + 10)
+    try:
+        pools = rank_pools(corpus, rank_bands(cfg, world_size))
+        return WindowSampler(pools, t.accumulation, t.batch_size_per_rank, cfg.seed + 10)
+    except ValueError as exc:
+        raise ConfigError(f"train (world size {world_size}): {exc}") from None
+
+
+def check_plan(cfg: Config, data_dir: Path, world_size: int) -> None:
+    """Before a launch: the corpus matches its lock and every rank's pool can
+    fill a window (ConfigError / DataLockError, one line)."""
+    make_sampler(cfg, load_corpus(cfg, data_dir), world_size)
 
 
 def make_plan(cfg: Config, corpus: Corpus, world_size: int) -> list:

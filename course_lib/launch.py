@@ -8,6 +8,7 @@ not just torchrun's.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
@@ -18,17 +19,20 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import torch
 import torch.distributed as dist
 
+from . import data as data_mod
+from . import elastic, runlock
 from . import progress as progress_mod
 from .config import Config
 from .jobs import Job, RunFile, run_dir_of
-from .progress import PROGRESS_PREFIX
 
 
 class LaunchError(RuntimeError):
@@ -109,11 +113,22 @@ class MultiNode:
 
 
 def torchrun_command(run_file: Path, nproc_per_node: int,
-                     multinode: MultiNode | None = None) -> list[str]:
+                     multinode: MultiNode | None = None,
+                     max_restarts: int = 0) -> list[str]:
+    """``max_restarts``: how often torchrun restarts all workers after one
+    fails; restarted train jobs resume from their newest checkpoint."""
     cmd = [sys.executable, "-m", "torch.distributed.run",
-           "--nproc-per-node", str(nproc_per_node), "--max-restarts", "0",
+           "--nproc-per-node", str(nproc_per_node), "--max-restarts", str(max_restarts),
            "--monitor-interval", "0.1"]
-    if multinode is None:
+    if multinode is None and max_restarts > 0:
+        # A store shared across restarts still holds the dead workers' gloo
+        # addresses, so a restarted mesh may dial them. The c10d rendezvous
+        # with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (see _run) gives every
+        # round a fresh store.
+        cmd += ["--nnodes", "1", "--node-rank", "0", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                "--rdzv-id", f"course-{uuid.uuid4().hex[:12]}"]
+    elif multinode is None:
         cmd += ["--nnodes", "1", "--node-rank", "0",
                 "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     else:
@@ -128,49 +143,45 @@ def torchrun_command(run_file: Path, nproc_per_node: int,
 
 
 def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, read from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """Every live descendant of ``pid``."""
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
-def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
-    """SIGTERM every process group in the job's tree, then SIGKILL survivors."""
-    pids = [proc.pid, *descendants(proc.pid)]
+def _groups(pids: list[int]) -> set[int]:
     groups = set()
     for pid in pids:
         try:
             groups.add(os.getpgid(pid))
         except ProcessLookupError:
             pass
+    return groups
+
+
+def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
+    """SIGTERM every process group in the job's tree, then SIGKILL survivors.
+
+    SIGCONT follows SIGTERM: a stopped (SIGSTOP) process acts on SIGTERM only
+    once it runs again.
+    """
+    pids = [proc.pid, *descendants(proc.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for group in groups:
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                pass
+        pids = list(dict.fromkeys(pids + descendants(proc.pid)))
+        for group in _groups(pids):
+            for s in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
+                try:
+                    os.killpg(group, s)
+                except ProcessLookupError:
+                    pass
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             proc.poll()
@@ -178,6 +189,41 @@ def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
                 break
             time.sleep(0.05)
     proc.wait()
+
+
+def rank_states(proc: subprocess.Popen) -> dict[int, str]:
+    """{rank: process status} of the job's live workers ("stopped", ...)."""
+    states = {}
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return states
+    for child in children:
+        try:
+            if "course_lib.worker" not in child.cmdline():
+                continue
+            states[int(child.environ()["RANK"])] = child.status()
+        except (psutil.Error, KeyError, ValueError):
+            continue
+    return states
+
+
+def _libc_prctl():
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl() if sys.platform.startswith("linux") else None
+
+
+def _die_with_this_process() -> None:
+    """Runs in the torchrun child before exec: if the launcher is killed
+    (SIGKILL leaves no chance to clean up), Linux kills torchrun too, and
+    the workers follow it (they ask the same of torchrun). libc is loaded
+    beforehand: a forked child should call, not load."""
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 # --- the launch ----------------------------------------------------------------
@@ -189,12 +235,39 @@ class LaunchResult:
     seconds: float
     placement: Placement
     output: list[str] = field(default_factory=list)
+    # One record per torchrun restart: {"restart", "run", "resumed_from_step", ...}
+    restarts: list[dict] = field(default_factory=list)
+
+
+# Longer lines reach the tail in pieces of this many bytes; the tail keeps
+# the start of each piece only.
+_MAX_PIECE = 64 * 1024
+_MAX_SHOWN = 2000
 
 
 def _reader(stream, lines: queue.Queue) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
+    """Bytes in, text lines out: nothing a worker prints can stop this thread."""
+    try:
+        while True:
+            piece = stream.readline(_MAX_PIECE)
+            if not piece:
+                break
+            lines.put(piece.decode("utf-8", errors="replace").rstrip("\r\n"))
+    except (OSError, ValueError):
+        pass
+    finally:
+        lines.put(None)
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + " [...]"
+
+
+def _echo(text: str) -> None:
+    try:
+        print(text, file=sys.stderr)
+    except (OSError, UnicodeError):
+        pass
 
 
 def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
@@ -202,35 +275,60 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
            device: str = "auto", timeout: float = 600.0,
            progress: progress_mod.Progress | None = None,
            fault: dict | None = None, multinode: MultiNode | None = None,
-           collective_timeout: int = 120, echo: bool = False) -> LaunchResult:
-    """Run ``jobs`` in one torchrun launch. Raises LaunchError on failure."""
+           collective_timeout: int = 120, echo: bool = False,
+           max_restarts: int = 0) -> LaunchResult:
+    """Run ``jobs`` in one torchrun launch. Raises LaunchError on failure.
+
+    The launch holds ``out``'s run lock (runlock.RunDirInUse when another run
+    has it) and generates the config's corpus first when it has none.
+    """
     world_size = world_size or cfg.train.world_size
     cfg = cfg.with_world_size(world_size)
     if fault is None and os.environ.get("COURSE_FAULT"):
         # Test-only switch, e.g. {"kind": "crash", "rank": 1, "step": 3}
-        # or {"delay": 0.05} (seconds per step).
+        # or {"delay": 0.05} (seconds per step); more kinds in faults.py.
         fault = json.loads(os.environ["COURSE_FAULT"])
     placement = resolve(backend, world_size, device)
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    run_file = out / "launch.json"
-    RunFile(config=cfg.to_dict(), backend=placement.backend, device=placement.device,
-            data_dir=str(Path(data_dir).resolve()), out=str(out), jobs=jobs,
-            fault=fault, collective_timeout=collective_timeout).write(run_file)
     nnodes = multinode.nnodes if multinode else 1
     if world_size % nnodes:
         raise BackendError(f"world size {world_size} is not a multiple of {nnodes} nodes")
-    cmd = torchrun_command(run_file, world_size // nnodes, multinode)
+    if max_restarts < 0:
+        raise BackendError(f"--max-restarts: must be at least 0, got {max_restarts}")
+    out = Path(out).resolve()
+    with runlock.hold(out):
+        data_dir = data_mod.locate(cfg, Path(data_dir)).resolve()
+        data_mod.check_plan(cfg, data_dir, world_size)
+        run = RunFile(config=cfg.to_dict(), backend=placement.backend,
+                      device=placement.device, data_dir=str(data_dir), out=str(out),
+                      jobs=jobs, fault=fault, collective_timeout=collective_timeout)
+        return _run(run, placement, world_size // nnodes, multinode, max_restarts,
+                    timeout, progress, echo)
+
+
+def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | None,
+         max_restarts: int, timeout: float, progress: progress_mod.Progress | None,
+         echo: bool) -> LaunchResult:
+    out, jobs = Path(run.out), run.jobs
+    run_file = out / "launch.json"
+    run.write(run_file)
+    elastic.clear(_run_dirs(out, jobs))
+    cmd = torchrun_command(run_file, nproc, multinode, max_restarts)
+    wall_start = time.time()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
+           "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
+           # margin: file mtimes come from a coarser clock than time.time()
+           elastic.LAUNCHED_AT: repr(wall_start - 0.5)}
+    if max_restarts > 0:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     sink = progress or progress_mod.make()
     started, tail = time.monotonic(), deque(maxlen=2000)
-    wall_start = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_this_process if _PRCTL is not None else None)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    failure = None
+    failure, states = None, {}
     try:
         while True:
             try:
@@ -239,15 +337,16 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
                 line = ""
             if line is None:
                 break
-            if line.startswith(PROGRESS_PREFIX):
-                msg = json.loads(line[len(PROGRESS_PREFIX):])
-                sink.update(msg["job"], msg["done"], msg["total"], msg["label"])
-            elif line:
-                tail.append(line)
+            text, msg = progress_mod.split_line(line)
+            if msg is not None:
+                sink.update(*msg)
+            if text.strip():
+                tail.append(_shown(text))
                 if echo:
-                    print(line, file=sys.stderr)
+                    _echo(tail[-1])
             if time.monotonic() - started > timeout:
                 failure = ("timeout", f"timed out after {timeout:.0f} s")
+                states = rank_states(proc)
                 break
         if failure is None:
             proc.wait()
@@ -259,10 +358,11 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
     seconds = time.monotonic() - started
     (out / "logs").mkdir(exist_ok=True)
     (out / "logs" / "torchrun.log").write_text("\n".join(tail) + "\n")
+    restarts = elastic.read_restarts(_run_dirs(out, jobs))
     if failure is None and proc.returncode == 0:
-        return LaunchResult(0, seconds, placement, list(tail))
+        return LaunchResult(0, seconds, placement, list(tail), restarts)
     kind, why = failure or ("error", f"torchrun exited with code {proc.returncode}")
-    raise diagnose(out, jobs, wall_start, kind, why, list(tail))
+    raise diagnose(out, jobs, wall_start, kind, why, list(tail), states)
 
 
 def _run_dirs(out: Path, jobs: list[Job]) -> list[Path]:
@@ -274,13 +374,18 @@ def _read_logs(dirs: list[Path], since: float) -> dict[int, list[tuple[Path, dic
     by_rank: dict[int, list[tuple[Path, dict]]] = {}
     for d in dirs:
         for path in (d / "logs").glob("*-rank*.jsonl"):
-            rank = int(path.stem.rsplit("rank", 1)[1])
-            for line in path.read_text().splitlines():
+            try:
+                rank = int(path.stem.rsplit("rank", 1)[1])
+                lines = path.read_text(errors="replace").splitlines()
+            except (ValueError, OSError):
+                continue
+            for line in lines:
                 try:
                     rec = json.loads(line)
                 except ValueError:
                     continue  # a line cut by SIGKILL
-                if rec.get("time", 0) >= since:
+                if (isinstance(rec, dict) and isinstance(rec.get("time"), (int, float))
+                        and rec["time"] >= since):
                     by_rank.setdefault(rank, []).append((path, rec))
     for recs in by_rank.values():
         recs.sort(key=lambda pr: pr[1]["time"])
@@ -293,7 +398,7 @@ def _last_step(recs: list[tuple[Path, dict]]) -> int | None:
 
 
 def _tail_of(path: Path, n: int = 6) -> str:
-    lines = path.read_text().splitlines()[-n:]
+    lines = path.read_text(errors="replace").splitlines()[-n:]
     shown = []
     for line in lines:
         try:
@@ -339,8 +444,12 @@ def _culprit(rec: dict, errors: list, output: list[str]) -> int | None:
 
 
 def diagnose(out: Path, jobs: list[Job], since: float, kind: str, why: str,
-             output: list[str]) -> LaunchError:
-    """Name the failed rank, its last step and the tail of its log."""
+             output: list[str], states: dict[int, str] | None = None) -> LaunchError:
+    """Name the failed rank, its last step and the tail of its log.
+
+    ``states``: the workers' process states when the job timed out; a
+    stopped worker is the one that hung the others.
+    """
     logs = _read_logs(_run_dirs(out, jobs), since)
     errors = [(rec["time"], rank, path, rec) for rank, recs in logs.items()
               for path, rec in recs if rec.get("event") == "error"]
@@ -364,9 +473,14 @@ def diagnose(out: Path, jobs: list[Job], since: float, kind: str, why: str,
         return LaunchError(msg + "\n" + tail, rank=rank, step=step, job=rec["job"],
                            log_tail=tail, interrupted=kind == "interrupt")
     rank = _root_cause_rank(output)
+    stopped = sorted(r for r, st in (states or {}).items() if st == psutil.STATUS_STOPPED)
+    if stopped:
+        rank = stopped[0]
+        why += f"; rank {rank}'s process was stopped (SIGSTOP), the others waited for it"
     if rank is None and logs:
-        # Nobody reported an error (timeout, interrupt): name the laggard.
-        rank = min(logs, key=lambda r: _last_step(logs[r]) or 0)
+        # Nobody reported an error (timeout, interrupt): name the laggard,
+        # the rank whose last step came first.
+        rank = min(logs, key=lambda r: (_last_step(logs[r]) or 0, logs[r][-1][1]["time"]))
     step = _last_step(logs.get(rank, [])) if rank is not None else None
     records = logs.get(rank, [])
     paths = [p for p, _ in records]

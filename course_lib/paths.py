@@ -33,3 +33,8 @@ def data_dir() -> Path:
 
 def default_out(config_name: str) -> Path:
     return project_root() / "runs" / config_name
+
+
+def generated_data_dir() -> Path:
+    """Corpora of configs other than the committed ones (git-ignored)."""
+    return project_root() / "runs" / "data"

@@ -8,11 +8,61 @@ into the notebook.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 # Rank 0 prints this prefix followed by JSON; the launcher turns it into progress.
 PROGRESS_PREFIX = "@@progress "
+# POSIX keeps a pipe write of at most PIPE_BUF (>= 512) bytes in one piece.
+_ATOMIC_BYTES = 512
+
+
+def encode(job: str, done: int, total: int, label: str = "") -> bytes:
+    """One progress line, ready for a single ``os.write``.
+
+    The leading newline ends any partial line another process left on the
+    shared pipe, so the prefix always starts a line of its own.
+    """
+    for cut in (None, 64, 0):
+        msg = {"job": job[:cut], "done": done, "total": total, "label": label[:cut]}
+        line = ("\n" + PROGRESS_PREFIX + json.dumps(msg) + "\n").encode()
+        if len(line) <= _ATOMIC_BYTES:
+            return line
+    raise ValueError("progress line too long")
+
+
+def emit(job: str, done: int, total: int, label: str = "", fd: int = 1) -> None:
+    """Write one progress line atomically; a closed pipe only loses progress."""
+    try:
+        os.write(fd, encode(job, done, total, label))
+    except OSError:
+        pass
+
+
+def split_line(line: str) -> tuple[str, tuple[str, int, int, str] | None]:
+    """(text that is not progress, the progress message or None).
+
+    Never raises: garbage, cut or foreign lines are text, and a malformed
+    progress message is dropped.
+    """
+    at = line.find(PROGRESS_PREFIX)
+    if at < 0:
+        return line, None
+    text = line[:at]
+    try:
+        msg, _ = json.JSONDecoder().raw_decode(line, at + len(PROGRESS_PREFIX))
+    except (ValueError, RecursionError):
+        return text, None
+    if not isinstance(msg, dict):
+        return text, None
+    job, done, total = msg.get("job"), msg.get("done"), msg.get("total")
+    label = msg.get("label", "")
+    counts_ok = all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**62
+                    for n in (done, total))
+    if not (isinstance(job, str) and isinstance(label, str) and counts_ok):
+        return text, None
+    return text, (job, done, total, label)
 
 
 class Progress:

@@ -13,7 +13,7 @@ import torch
 
 from . import checkpoint, jobs, launch, paths, reports
 from .config import Config, load
-from .data import Corpus, collate, load_corpus, make_sampler
+from .data import Corpus, collate, load_corpus, locate, make_sampler
 from .data import prepare as prepare_data
 from .evaluate import bayes_accuracy, evaluate
 from .model import build_model
@@ -37,7 +37,7 @@ def prepare(cfg: Config, data_dir: Path | None = None) -> tuple[Corpus, str]:
 
 
 def corpus(cfg: Config, data_dir: Path | None = None) -> Corpus:
-    return load_corpus(cfg, data_dir or paths.data_dir())
+    return load_corpus(cfg, locate(cfg, data_dir or paths.data_dir()))
 
 
 def reference(cfg: Config, out: Path, data_dir: Path | None = None,

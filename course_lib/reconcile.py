@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import reports
-from .style import shown_error
+from .portable import err_bound
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def rows(out: Path) -> list[Row]:
         Row("gradient values", f"{R1['compared_values']:,}", f"{p.compared_values:,}",
             "a smaller model"),
         Row("parity, W*S_r/N", f"{R1['parity_correct']:.2e} PASS",
-            f"{shown_error(p.correct.max_abs_err)} {verdict}",
+            f"{err_bound(p.correct.max_abs_err)} {verdict}",
             "gloo on CPU: another summation order"),
         Row("parity, mean of means", f"{R1['parity_mean_of_means']:.4f} FAIL",
             f"{p.control_mode.max_abs_err:.4f} {control}", "another model and data"),

@@ -1,7 +1,5 @@
 """One colour per scheme, everywhere in the course (plots and widgets)."""
 
-import math
-
 COLORS = {
     "global_token": "#1b7837",     # the course's rule: W * S_r / N (green)
     "mean_of_means": "#c51b7d",    # the negative control (magenta)
@@ -25,17 +23,3 @@ LABELS = {
 def rank_color(rank: int) -> str:
     return RANK_COLORS[rank % len(RANK_COLORS)]
 
-
-def shown_error(x: float | None) -> str:
-    """An error as a notebook prints it: stable across CPUs.
-
-    Rounding noise (below 1e-6) depends on the CPU's summation order, so it is
-    shown as a power-of-ten bound; real errors keep three digits.
-    """
-    if x is None:
-        return "n/a"
-    if x == 0:
-        return "0 (exact)"
-    if x < 1e-6:
-        return f"< 1e{math.floor(math.log10(x)) + 1:03d}"
-    return f"{x:.3g}"

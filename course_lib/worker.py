@@ -42,12 +42,23 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import arithmetic, checkpoint, checks, jobs, recipe_audit, reports, window
+from . import (
+    arithmetic,
+    checkpoint,
+    checks,
+    elastic,
+    errorlog,
+    faults,
+    jobs,
+    progress,
+    recipe_audit,
+    reports,
+    window,
+)
 from .config import Config, from_dict
 from .data import Corpus, load_corpus, make_sampler
 from .model import build_model, loss_sum
 from .normalize import MODES, accumulate_window
-from .progress import PROGRESS_PREFIX
 from .steps import BUILTIN
 
 
@@ -113,8 +124,7 @@ class Ctx:
 
     def progress(self, task: str, done: int, total: int) -> None:
         if self.rank == 0:
-            msg = {"job": task, "done": done, "total": total, "label": ""}
-            print(PROGRESS_PREFIX + json.dumps(msg), flush=True)
+            progress.emit(task, done, total)
 
     def header(self) -> dict:
         return {
@@ -253,6 +263,7 @@ def _maybe_fault(ctx: Ctx, step: int) -> None:
         return
     if f.get("delay"):
         time.sleep(float(f["delay"]))
+    faults.inject(f, ctx.rank, step)
     if f.get("kind") == "crash" and f.get("rank") == ctx.rank and f.get("step") == step:
         raise RuntimeError(f"injected fault: rank {ctx.rank} crashes at step {step}")
 
@@ -493,6 +504,7 @@ JOBS = {
 def run_jobs(ctx: Ctx, specs: list[jobs.Job]) -> None:
     base_out = ctx.out
     for spec in specs:
+        spec = elastic.resume_after_restart(ctx, spec)
         ctx.out = Path(jobs.run_dir_of(spec) or base_out)
         ctx.job, ctx.step = jobs.tag(spec), None
         if isinstance(spec, jobs.TrainJob):
@@ -551,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             where = f" at step {ctx.step}" if ctx.step is not None else ""
             print(f"rank {ctx.rank} failed in {ctx.describe()}{where}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        else:
+            errorlog.record_setup_error(Path(args.run_file).parent, exc)
         return 1
     finally:
         if ctx is not None:

@@ -1,5 +1,6 @@
 import dataclasses
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -32,9 +33,12 @@ def with_train(cfg, **changes):
 
 def worker_processes(marker: str = "course_lib.worker",
                      within: Path | None = None) -> list[int]:
-    """PIDs whose command line runs the course's torchrun worker; with
+    """PIDs whose command line runs the course's torchrun worker (or, with
+    marker="torch.distributed.run", the torchrun agent) with this checkout's
+    interpreter: other checkouts' jobs on the same machine are not ours. With
     ``within``, only those whose run file lies below that folder (so other
-    test sessions on the same machine are not counted)."""
+    test sessions of this checkout are not counted either)."""
+    ours = sys.executable.encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -44,7 +48,7 @@ def worker_processes(marker: str = "course_lib.worker",
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker.encode() in cmd and state != "Z" and (
+        if marker.encode() in cmd and cmd.startswith(ours) and state != "Z" and (
                 within is None or str(within).encode() in cmd):
             found.append(int(entry))
     return found

@@ -1,3 +1,5 @@
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -60,3 +62,21 @@ def test_kill_tree_reaches_children_in_other_sessions():
     assert proc.returncode is not None
     time.sleep(0.2)
     assert not any(launch._alive(k) for k in kids)
+
+
+def test_max_restarts_pass_through_with_a_fresh_rendezvous_per_round():
+    cmd = launch.torchrun_command(Path("run.json"), 2, max_restarts=3)
+    joined = " ".join(cmd)
+    assert "--max-restarts 3" in joined and "--rdzv-backend c10d" in joined
+    endpoint = cmd[cmd.index("--rdzv-endpoint") + 1]
+    assert endpoint.startswith("127.0.0.1:") and endpoint != "127.0.0.1:29500"
+    assert "--max-restarts 0" in " ".join(launch.torchrun_command(Path("run.json"), 2))
+
+
+def test_kill_tree_ends_a_stopped_process_group_without_waiting_for_sigkill():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGSTOP)
+    launch.kill_tree(proc, grace=30.0)
+    assert proc.returncode == -signal.SIGTERM, "SIGCONT let SIGTERM act, no SIGKILL"

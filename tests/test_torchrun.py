@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -223,6 +224,59 @@ def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protoco
     want = checkpoint.load_params(checkpoint.step_dir(
         protocol.continuous_dir(protocol_run[0]), 100))
     assert checkpoint.compare_params(got, want)["identical"]
+
+
+def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, protocol_run):
+    """SIGKILL one worker (not the job) at random steps, three times; torchrun
+    restarts the workers, they resume from the newest valid checkpoint, and
+    the run ends exactly where the uninterrupted one does."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    config = tmp_path / "every5.yaml"
+    config.write_text((ROOT / "configs" / "minimum.yaml").read_text()
+                      .replace("checkpoint_every: 25", "checkpoint_every: 5"))
+    env = {**os.environ, "COURSE_FAULT": json.dumps({"delay": 0.03}),
+           "COURSE_PROGRESS": "none"}
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "train", "--continuous",
+                             "--config", config, "--max-restarts", "3", "--out", tmp_path],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    run_dir = protocol.continuous_dir(tmp_path)
+    kills = []
+    for low, high in ((3, 28), (36, 62), (70, 94)):
+        target = rng.randint(low, high)
+        deadline = time.monotonic() + 180
+        while _last_step(run_dir) < target:
+            assert time.monotonic() < deadline, f"seed {seed}: step {target} never came"
+            assert proc.poll() is None, f"seed {seed}: {proc.communicate()}"
+            time.sleep(0.02)
+        rank = rng.randint(0, 1)
+        victim = [p for p in launch.descendants(proc.pid) if _is_worker(p, rank)]
+        assert len(victim) == 1, f"seed {seed}: rank {rank}'s worker not found"
+        os.kill(victim[0], signal.SIGKILL)
+        kills.append((rank, _last_step(run_dir)))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"seed {seed}, kills {kills}: {err}"
+    restarts = json.loads(out)["restarts"]
+    assert [r["restart"] for r in restarts] == [1, 2, 3], (seed, kills, restarts)
+    for r, (_, seen) in zip(restarts, kills):
+        resumed = r["resumed_from_step"]
+        assert resumed % 5 == 0 and seen - 5 < resumed <= seen + 5, (seed, kills, restarts)
+    steps = [x["step"] for x in reports.load_logs(run_dir)[0] if x["event"] == "step"]
+    assert steps == list(range(1, 101)), "the log describes one trajectory"
+    got = checkpoint.load_params(checkpoint.step_dir(run_dir, 100))
+    want = checkpoint.load_params(checkpoint.step_dir(
+        protocol.continuous_dir(protocol_run[0]), 100))
+    assert checkpoint.compare_params(got, want)["identical"], (seed, kills)
+
+
+def _is_worker(pid, rank):
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"course_lib.worker" in cmd and f"RANK={rank}".encode() in env
 
 
 def _last_step(run_dir):

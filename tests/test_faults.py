@@ -1,0 +1,210 @@
+"""Fault campaign on real torchrun jobs: noise, a learner's own config, set-up
+errors, a stopped rank, a killed CLI, two runs into one --out, a full disk."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from course_lib import checkpoint, cli, data, launch, paths, protocol, reports, runlock
+from tests.conftest import ROOT, worker_processes
+
+pytestmark = pytest.mark.torchrun
+
+
+def _ours():
+    return set(worker_processes()) | set(worker_processes("torch.distributed.run"))
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    before = _ours()
+    yield
+    deadline = time.monotonic() + 10
+    while _ours() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ours() - before, "a torchrun agent or worker survived its job"
+
+
+@pytest.fixture()
+def small_ckpt_config(tmp_path):
+    """minimum.yaml with a checkpoint every 5 steps (same trajectory)."""
+    path = tmp_path / "every5.yaml"
+    path.write_text((ROOT / "configs" / "minimum.yaml").read_text()
+                    .replace("checkpoint_every: 25", "checkpoint_every: 5"))
+    return path
+
+
+def _cli(*args, env=None, **kw):
+    return subprocess.Popen([sys.executable, "-m", "course_lib", *map(str, args)],
+                            env={**os.environ, "COURSE_PROGRESS": "none", **(env or {})},
+                            cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _last_step(run_dir, rank=0):
+    path = Path(run_dir) / "logs" / f"train-rank{rank}.jsonl"
+    steps = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                steps.append(json.loads(line).get("step") or 0)
+            except ValueError:
+                pass
+    return max(steps, default=0)
+
+
+def _wait_for_step(proc, run_dir, step, limit=120):
+    deadline = time.monotonic() + limit
+    while _last_step(run_dir) < step:
+        assert time.monotonic() < deadline, f"step {step} never came"
+        assert proc.poll() is None, f"the job ended early: {proc.communicate()}"
+        time.sleep(0.05)
+
+
+def _workers_of(proc) -> dict[int, psutil.Process]:
+    found = {}
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if "course_lib.worker" in child.cmdline():
+                found[int(child.environ()["RANK"])] = child
+        except (psutil.Error, KeyError):
+            pass
+    return found
+
+
+# --- what workers print never breaks the launcher ---------------------------------
+
+
+def test_worker_noise_leaves_the_result_intact(tmp_path, cfg):
+    seen = []
+
+    class Sink(launch.progress_mod.Progress):
+        def update(self, job, done, total, label=""):
+            seen.append((job, done, total))
+
+    run_dir = protocol.train(cfg, tmp_path, stop_at=3, timeout=300, progress=Sink(),
+                             fault={"kind": "noise", "step": 2})
+    assert checkpoint.verify(checkpoint.step_dir(run_dir, 3))["step"] == 3
+    assert [s for s in seen if s[0] == "train stop"][-1] == ("train stop", 3, 3)
+    log = (tmp_path / "logs" / "torchrun.log").read_text()
+    assert "garbage" in log and "the last words, with no newline" in log
+    assert max(map(len, log.splitlines())) < 10_000, "a 1.5 MB line is cut for the tail"
+
+
+# --- a learner's own config ---------------------------------------------------------
+
+
+def test_reseeded_config_runs_parity_without_prepare(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((ROOT / "configs" / "minimum.yaml").read_text()
+                    .replace("seed: 1234", "seed: 4321"))
+    cfg = protocol.load_config(mine)
+    for p in data.corpus_paths(cfg, paths.generated_data_dir()):
+        p.unlink(missing_ok=True)
+    proc = _cli("parity", "--config", mine, "--world-size", 3, "--out", tmp_path / "w3")
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert reports.load(tmp_path / "w3", "parity").world_size == 3
+    p4 = protocol.parity(cfg, tmp_path / "w4", world_size=4, timeout=300)
+    assert p4.passed and len(p4.local_tokens) == 4
+    assert all(p.is_file() for p in data.corpus_paths(cfg, paths.generated_data_dir()))
+    assert not any(p.exists() for p in data.corpus_paths(cfg, paths.data_dir()))
+    untracked = subprocess.run(["git", "status", "--porcelain", "--", "data"], cwd=ROOT,
+                               capture_output=True, text=True).stdout
+    assert untracked == "", "nothing generated lands in data/"
+
+
+def test_a_set_up_failure_is_the_first_line_of_the_error(tmp_path, cfg):
+    # timedelta cannot hold this: the workers' set-up fails before any context.
+    with pytest.raises(launch.LaunchError) as err:
+        protocol.parity(cfg, tmp_path, timeout=300, collective_timeout=10**15)
+    # Whichever rank fails first is named (torchrun may stop the other one
+    # before it writes its own record).
+    first = str(err.value).splitlines()[0]
+    assert re.match(r"ranks? [01](, 1)? failed in setup: OverflowError", first), first
+    assert err.value.job == "setup"
+
+
+# --- a stopped rank, a killed CLI ------------------------------------------------------
+
+
+def test_a_stopped_rank_is_named_and_nothing_survives(tmp_path):
+    timeout = 12
+    started = time.monotonic()
+    proc = _cli("train", "--stop-at", 50, "--out", tmp_path, "--timeout", timeout,
+                env={"COURSE_FAULT": json.dumps({"delay": 0.1})})
+    _wait_for_step(proc, tmp_path, 2)
+    stopped = _workers_of(proc)[1]
+    stopped.send_signal(signal.SIGSTOP)
+    _, stderr = proc.communicate(timeout=timeout + 60)
+    assert proc.returncode == 1, stderr
+    assert time.monotonic() - started < timeout + 30
+    first = stderr.splitlines()[0]
+    assert first.startswith("course-lib: job failed: rank 1 failed at step"), first
+    assert f"timed out after {timeout} s" in first and "stopped (SIGSTOP)" in first
+    assert not stopped.is_running() or stopped.status() == psutil.STATUS_ZOMBIE
+
+
+def test_killing_the_cli_takes_torchrun_and_workers_with_it(tmp_path):
+    proc = _cli("train", "--continuous", "--out", tmp_path,
+                env={"COURSE_FAULT": json.dumps({"delay": 0.2})})
+    _wait_for_step(proc, protocol.continuous_dir(tmp_path), 1)
+    tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    assert len(tree) >= 3, "torchrun and two workers"
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(launch._alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(launch._alive(p) for p in tree)
+    with runlock.hold(tmp_path):  # the dead run's lock went with it
+        pass
+
+
+# --- one run per run directory -----------------------------------------------------
+
+
+def test_a_second_run_into_the_same_out_is_refused(tmp_path):
+    first = _cli("train", "--stop-at", 12, "--out", tmp_path,
+                 env={"COURSE_FAULT": json.dumps({"delay": 0.4})})
+    _wait_for_step(first, tmp_path, 1)
+    second = _cli("train", "--stop-at", 3, "--out", tmp_path)
+    _, stderr = second.communicate(timeout=120)
+    assert first.poll() is None, "the first run must still be running"
+    assert second.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], stderr
+    out, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    assert json.loads(out)["restarts"] == []
+    assert checkpoint.latest_valid(tmp_path) == checkpoint.step_dir(tmp_path, 12)
+    steps = [r["step"] for r in reports.load_logs(tmp_path)[0] if r["event"] == "step"]
+    assert steps == list(range(1, 13))
+
+
+# --- a full disk ------------------------------------------------------------------------
+
+
+def test_disk_full_is_a_clear_error_and_no_partial_checkpoint_counts(
+        tmp_path, small_ckpt_config, capsys):
+    cfg = protocol.load_config(small_ckpt_config)
+    with pytest.raises(launch.LaunchError) as err:
+        protocol.train(cfg, tmp_path, stop_at=8, timeout=300,
+                       fault={"kind": "enospc", "rank": 0, "step": 6})
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("rank 0 failed in train at step 8: OSError: [Errno 28] "
+                            "No space left on device"), first
+    assert checkpoint.latest_valid(tmp_path) == checkpoint.step_dir(tmp_path, 5)
+    capsys.readouterr()
+    assert cli.main(["check-checkpoints", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "ok   checkpoints/step-0005",
+        "skip checkpoints/step-0008.tmp (an interrupted write, never loaded)"]
