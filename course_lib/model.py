@@ -77,6 +77,13 @@ def count_tokens(labels: torch.Tensor) -> torch.Tensor:
     return supervised_mask(labels).sum()
 
 
+def count_before_shift(labels: torch.Tensor) -> torch.Tensor:
+    """Labels counted before the next-token shift, as some trainers do: one
+    more per row whose first label is supervised (that row's first token is
+    never predicted). HF Trainer 4.46.2-5.9: ``batch["labels"].ne(-100).sum()``."""
+    return count_tokens(labels) + count_tokens(labels[:, :1])
+
+
 def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """SUM of token cross-entropies over supervised positions (never a mean)."""
     mask = supervised_mask(labels)

@@ -53,6 +53,14 @@ def global_token_loss(local_sum: torch.Tensor, global_tokens: int,
     return local_sum * (world_size / global_tokens)
 
 
+def scale_grads(model: nn.Module, factor: float | torch.Tensor) -> None:
+    """Multiply every gradient in place (after DDP's sync, so every rank alike)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(factor)
+
+
 @dataclass
 class WindowStats:
     local_tokens: int

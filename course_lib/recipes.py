@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data import IGNORE_INDEX
-from .model import count_tokens, supervised_mask
-from .normalize import Microbatch, deferred_sync, global_count, window_count
-from .steps import StepInfo, _sum_allreduce_hook, global_token, with_setup
+from .model import count_before_shift, count_tokens, supervised_mask
+from .normalize import Microbatch, deferred_sync, global_count, scale_grads, window_count
+from .steps import StepInfo, global_token, sum_reduction, with_setup
 
 # --- the verdicts ----------------------------------------------------------------
 
@@ -85,12 +85,6 @@ def masked_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return (per_token * mask.flatten()).sum()
 
 
-def count_before_shift(labels: torch.Tensor) -> torch.Tensor:
-    """Labels counted before the shift: one more per row whose first label is
-    supervised (HF Trainer 4.46.2-5.9, ``batch["labels"].ne(-100).sum()``)."""
-    return count_tokens(labels) + count_tokens(labels[:, :1])
-
-
 # --- building blocks ----------------------------------------------------------------------
 
 
@@ -106,15 +100,10 @@ def _backprop(model: nn.Module, microbatches: Sequence[Microbatch],
     return logged
 
 
-def _scale_grads(model: nn.Module, factor: float | torch.Tensor) -> None:
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(factor)
-
-
-def _sum_reduction(model: nn.Module, world_size: int) -> None:
-    model.register_comm_hook(None, _sum_allreduce_hook)
+def _mean_of_microbatch_means(model: nn.Module, microbatches: Sequence[Microbatch]):
+    """Each microbatch's mean cross-entropy, divided by the microbatches."""
+    steps = len(microbatches)
+    return _backprop(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
 
 
 # --- the recipes ------------------------------------------------------------------------
@@ -129,14 +118,13 @@ def fairseq(model, microbatches, world_size):
     """fairseq: backprop the raw sum S; after DDP's mean, grads x W / max(N, 1)."""
     logged = _backprop(model, microbatches, sum_ce)
     sample_size = int(global_count(window_count(microbatches)))  # summed over ranks
-    _scale_grads(model, world_size / max(sample_size, 1))  # `sample_size or 1.0`
+    scale_grads(model, world_size / max(sample_size, 1))  # `sample_size or 1.0`
     return logged
 
 
 def hf_trainer_le_4_45(model, microbatches, world_size):
     """HF Trainer <= 4.45: the model's mean loss, divided by the accumulation steps."""
-    steps = len(microbatches)
-    return _backprop(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
+    return _mean_of_microbatch_means(model, microbatches)
 
 
 def hf_trainer_4_46_0(model, microbatches, world_size):
@@ -173,11 +161,10 @@ def accelerate_docs(model, microbatches, world_size):
 
 def torchtitan_pre_2206(model, microbatches, world_size):
     """torchtitan before #2206: mean cross-entropy, rescaled by 1 / accumulation."""
-    steps = len(microbatches)
-    return _backprop(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
+    return _mean_of_microbatch_means(model, microbatches)
 
 
-@with_setup(_sum_reduction)
+@with_setup(sum_reduction)
 def torchtitan_fsdp(model, microbatches, world_size):
     """torchtitan #2206 on FSDP: S / N and a SUM reduction; stops on a NaN loss."""
     valid = global_count(window_count(microbatches))
@@ -217,33 +204,30 @@ def megatron_pre_clamp(model, microbatches, world_size):
                      lambda lg, lb: masked_sum(lg, lb) / count_tokens(lb) / steps)
 
 
-@with_setup(_sum_reduction)
+@with_setup(sum_reduction)
 def megatron_per_token(model, microbatches, world_size):
     """Megatron-LM calculate_per_token_loss: the masked sum S, a SUM reduction,
     then grads x 1 / clamp(N, 1) with N counted during the pass."""
     logged = _backprop(model, microbatches, masked_sum)
     total = global_count(window_count(microbatches))  # finalize_model_grads
     # 1 / N in float64: a float32 reciprocal alone is off by ~1e-8.
-    _scale_grads(model, 1.0 / torch.clamp(total, min=1).double())
+    scale_grads(model, 1.0 / torch.clamp(total, min=1).double())
     return logged
 
 
 def lightning(model, microbatches, world_size):
     """PyTorch Lightning: the step's (mean) loss / accumulate_grad_batches."""
-    steps = len(microbatches)
-    return _backprop(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
+    return _mean_of_microbatch_means(model, microbatches)
 
 
 def nanogpt(model, microbatches, world_size):
     """nanoGPT train.py: mean cross-entropy / gradient_accumulation_steps."""
-    steps = len(microbatches)
-    return _backprop(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
+    return _mean_of_microbatch_means(model, microbatches)
 
 
 def deepspeed(model, microbatches, world_size):
     """DeepSpeed engine.backward: the user's mean loss / GAS (scale_wrt_gas)."""
-    steps = len(microbatches)
-    return _backprop(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
+    return _mean_of_microbatch_means(model, microbatches)
 
 
 # --- what each recipe trains -------------------------------------------------------------

@@ -37,13 +37,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .model import count_tokens, loss_sum
+from .model import count_before_shift, count_tokens, loss_sum
 from .normalize import (
     Microbatch,
     accumulate_window,
     checked_global_count,
     deferred_sync,
     global_count,
+    scale_grads,
     window_count,
 )
 
@@ -86,7 +87,12 @@ def _sum_allreduce_hook(state, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-@with_setup(lambda model, world_size: model.register_comm_hook(None, _sum_allreduce_hook))
+def sum_reduction(model: nn.Module, world_size: int) -> None:
+    """Set-up for steps that want DDP to SUM gradients over ranks."""
+    model.register_comm_hook(None, _sum_allreduce_hook)
+
+
+@with_setup(sum_reduction)
 def sum_hook(model, microbatches, world_size):
     """Each rank backprops S_r / N; a comm hook SUMs gradients instead of averaging."""
     n = checked_global_count(window_count(microbatches))
@@ -96,11 +102,7 @@ def sum_hook(model, microbatches, world_size):
 def post_scale(model, microbatches, world_size):
     """Backprop the raw sum S_r; after DDP's mean, scale the gradients by W / N."""
     _backprop_each(model, microbatches, lambda s, _: s)
-    n = checked_global_count(window_count(microbatches))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(world_size / n)
+    scale_grads(model, world_size / checked_global_count(window_count(microbatches)))
 
 
 # --- the negative control -------------------------------------------------------------
@@ -137,11 +139,7 @@ def padding_counted(model, microbatches, world_size):
 
 
 def length_before_shift(model, microbatches, world_size):
-    # Counting labels before the shift: one more per row whose first
-    # position is supervised (that row's first token is never predicted).
-    before_shift = sum(count_tokens(labels) + count_tokens(labels[:, :1])
-                       for _, labels in microbatches)
-    n = int(global_count(before_shift))
+    n = int(global_count(sum(count_before_shift(lb) for _, lb in microbatches)))
     _backprop_each(model, microbatches, lambda s, _: s * (world_size / n))
 
 
