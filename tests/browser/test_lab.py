@@ -209,13 +209,13 @@ def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screensho
     button = quiz.locator(".course-question-check button, button.course-question-check")
 
     def answer(text: str) -> str:
+        before = verdict.inner_text().strip()  # read before the click can change it
         box.fill(text)
         box.press("Enter")  # the text box syncs on Enter
         button.first.click()
         page.wait_for_function(
             "([el, old]) => el.textContent.trim() !== old",
-            arg=[verdict.element_handle(), verdict.inner_text().strip()],
-            polling=100, timeout=30_000)
+            arg=[verdict.element_handle(), before], polling=100, timeout=30_000)
         return verdict.inner_text().strip()
 
     quiz.scroll_into_view_if_needed()
