@@ -32,6 +32,9 @@ UPDATE_TIMEOUT_S = 60.0
 RUN_MENU = re.compile(r"^Run$")
 RUN_ALL = re.compile(r"^Run All Cells$")
 NUMBER = re.compile(r"-?\d+\.\d{4}(?!\d)")
+# The visible notebook's kernel indicator (earlier tests leave other tabs open).
+IDLE = (".jp-NotebookPanel:not(.lm-mod-hidden) "
+        ".jp-Notebook-ExecutionIndicator[data-status='idle']")
 
 
 def _notebook(lab_server, name: str):
@@ -62,7 +65,7 @@ def _wait_kernel_ready(page, lab_server, name: str) -> None:
         states = [s["kernel"]["execution_state"] for s in sessions
                   if s.get("path", "").endswith(name) and s.get("kernel")]
         if "idle" in states:
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            page.wait_for_selector(IDLE)
             return
         page.wait_for_timeout(250)  # polling interval only
     pytest.fail(f"no idle kernel for {name} after {KERNEL_TIMEOUT_S:.0f} s:\n"
@@ -83,7 +86,7 @@ def _run_all(page) -> None:
                 && prompts.every(p => /^\\[\\d+\\]:$/.test(p.textContent.trim()));
         }""",
         polling=250, timeout=RUN_ALL_TIMEOUT_MS)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+    page.wait_for_selector(IDLE,
                            timeout=RUN_ALL_TIMEOUT_MS)
 
 
