@@ -23,7 +23,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
     cfg = protocol.load_config()
-    print(f"{'W':>2} {'window ms':>10} {'per rank ms':>12} {'parity |err|':>13} "
+    print(f"{'W':>2} {'window ms':>10} {'window / W':>12} {'parity |err|':>13} "
           f"{'mean_of_means |err|':>20} {'overhead':>9}")
     for world in range(1, args.max_world_size + 1):
         with tempfile.TemporaryDirectory() as tmp:
