@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in timings:
         print(f"  {name:<32} {seconds:6.1f} s")
     print(f"  {'total':<32} {sum(s for _, s in timings):6.1f} s\n")
-    print(protocol.summary(paths.default_out(RUN_NAME)))
+    print(protocol.summary(paths.default_out(RUN_NAME), tuple(protocol.SECTIONS)))
     return 0
 
 

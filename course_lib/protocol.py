@@ -276,15 +276,32 @@ def _exercise_rows(x: reports.ExerciseReport) -> list[tuple[str, str, str]]:
             for sc in x.scenarios]
 
 
+def _bugs_rows(b: reports.BugsReport) -> list[tuple[str, str, str]]:
+    bugs = [r for r in b.steps.values() if r.kind == "bug"]
+    correct = len(b.steps) - len(bugs)
+    return [("bug catalog", "ALL CAUGHT" if b.every_bug_caught else "MISSED",
+             f"{sum(bool(r.caught_by) for r in bugs)} of {len(bugs)} bugs caught; "
+             f"{correct} correct designs, false alarms: {not b.no_false_alarm}")]
+
+
+def _recipes_rows(r: reports.RecipesReport) -> list[tuple[str, str, str]]:
+    exact = [n for n, row in r.recipes.items() if row.verdict == "exact"]
+    return [("production recipes", "AS PREDICTED" if r.every_prediction_holds
+             else "SURPRISE", f"{len(exact)} of {len(r.recipes)} train the token mean")]
+
+
 SECTIONS = {
     "parity": (_parity_rows, "run `course-lib parity`"),
     "resume": (_resume_rows, "run `course-lib resume-check`"),
     "evaluation": (_evaluation_rows, "run `course-lib evaluate`"),
     "exercise": (_exercise_rows, "run `course-lib exercise`"),
+    "bugs": (_bugs_rows, "run `course-lib bugs`"),
+    "recipes": (_recipes_rows, "run `course-lib recipes`"),
 }
+PROTOCOL = ("parity", "resume", "evaluation", "exercise")  # what run-all produces
 
 
-def summary(out: Path, sections: tuple[str, ...] = tuple(SECTIONS)) -> str:
+def summary(out: Path, sections: tuple[str, ...] = PROTOCOL) -> str:
     """The closing table ("bilan") from whatever reports ``out`` holds."""
     out = Path(out)
     loaded = {}
