@@ -260,8 +260,10 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
     restarts = json.loads(out)["restarts"]
     assert [r["restart"] for r in restarts] == [1, 2, 3], (seed, kills, restarts)
     for r, (_, seen) in zip(restarts, kills):
+        # The newest checkpoint before the kill: step `seen` may be logged
+        # while its own checkpoint is still being written.
         resumed = r["resumed_from_step"]
-        assert resumed % 5 == 0 and seen - 5 < resumed <= seen + 5, (seed, kills, restarts)
+        assert resumed % 5 == 0 and seen - 5 <= resumed <= seen + 5, (seed, kills, restarts)
     steps = [x["step"] for x in reports.load_logs(run_dir)[0] if x["event"] == "step"]
     assert steps == list(range(1, 101)), "the log describes one trajectory"
     got = checkpoint.load_params(checkpoint.step_dir(run_dir, 100))
