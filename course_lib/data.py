@@ -369,6 +369,15 @@ def check_plan(cfg: Config, data_dir: Path, world_size: int) -> None:
     make_sampler(cfg, load_corpus(cfg, data_dir), world_size)
 
 
+def parity_window(cfg: Config, corpus: Corpus, world_size: int) -> list:
+    """The plan's window at ``parity.step`` for ``world_size`` ranks, as a
+    fresh sampler draws it: the window every parity check compares."""
+    sampler = make_sampler(cfg.with_world_size(world_size), corpus, world_size)
+    for _ in range(cfg.parity.step + 1):
+        window = sampler.next_window()
+    return window
+
+
 def make_plan(cfg: Config, corpus: Corpus, world_size: int) -> list:
     """``plan[step][rank][micro] -> ids`` for a whole run, as a fresh sampler
     would draw it."""

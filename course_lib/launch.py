@@ -218,12 +218,15 @@ def _libc_prctl():
 _PRCTL = _libc_prctl() if sys.platform.startswith("linux") else None
 
 
-def _die_with_this_process() -> None:
-    """Runs in the torchrun child before exec: if the launcher is killed
-    (SIGKILL leaves no chance to clean up), Linux kills torchrun too, and
-    the workers follow it (they ask the same of torchrun). libc is loaded
-    beforehand: a forked child should call, not load."""
-    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies.
+
+    The launcher runs it in the torchrun child before exec (SIGKILL leaves the
+    launcher no chance to clean up), and every worker runs it too: torchrun
+    starts workers in sessions of their own. libc is loaded beforehand: a
+    forked child should call, not load."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 # --- the launch ----------------------------------------------------------------
@@ -325,7 +328,7 @@ def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | 
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
         start_new_session=True,
-        preexec_fn=_die_with_this_process if _PRCTL is not None else None)
+        preexec_fn=die_with_parent if _PRCTL is not None else None)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     failure, states = None, {}

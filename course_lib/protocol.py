@@ -13,7 +13,7 @@ import torch
 
 from . import checkpoint, jobs, launch, paths, reports
 from .config import Config, load
-from .data import Corpus, collate, load_corpus, locate, make_sampler
+from .data import Corpus, collate, load_corpus, locate, parity_window
 from .data import prepare as prepare_data
 from .evaluate import bayes_accuracy, evaluate
 from .model import build_model
@@ -46,9 +46,7 @@ def reference(cfg: Config, out: Path, data_dir: Path | None = None,
     world_size = world_size or cfg.train.world_size
     cfg = cfg.with_world_size(world_size)
     data = corpus(cfg, data_dir)
-    sampler = make_sampler(cfg, data, world_size)
-    for _ in range(cfg.parity.step + 1):
-        window = sampler.next_window()
+    window = parity_window(cfg, data, world_size)
     micro = [collate(data, ids, r not in cfg.train.empty_ranks)
              for r in range(world_size) for ids in window[r]]
     model = build_model(cfg).eval()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from . import paths
+from . import paths, reports
 from .recipes import RECIPES, trains_the_token_mean
 
 
@@ -127,7 +127,7 @@ def questions(chapter: str) -> list[str]:
 
 
 def _report(name: str) -> dict:
-    path = paths.default_out("course") / "reports" / f"{name}.json"
+    path = reports.report_path(paths.default_out("course"), name)
     if not path.is_file():
         raise FileNotFoundError(f"run the chapter's job first: no {path.name} yet")
     return json.loads(path.read_text())

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import audits, checks, jobs, reports, window
 from .config import Config
-from .data import Corpus, collate, make_sampler
+from .data import Corpus, collate, parity_window
 from .normalize import EmptyWindowError
 from .recipes import (
     EXACT_TOL,
@@ -74,19 +74,11 @@ def regimes(ctx) -> dict[str, Regime]:
     }
 
 
-def parity_layout(cfg: Config, corpus: Corpus, world_size: int) -> window.Layout:
-    """The parity window at ``world_size``, as the workers draw it."""
-    sampler = make_sampler(cfg.with_world_size(world_size), corpus, world_size)
-    for _ in range(cfg.parity.step + 1):
-        layout = sampler.next_window()
-    return layout
-
-
 def predicted_on_parity_window(cfg: Config, corpus: Corpus,
                                world_size: int | None = None) -> dict[str, Prediction]:
     """Each recipe's predicted verdict on the skewed (parity) window, no job run."""
     world = world_size or cfg.train.world_size
-    layout = parity_layout(cfg, corpus, world)
+    layout = parity_window(cfg, corpus, world)
     shape = window_shape([[collate(corpus, ids) for ids in rank] for rank in layout])
     return {name: predict(r.objective, shape) for name, r in RECIPES.items()}
 

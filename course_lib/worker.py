@@ -21,7 +21,6 @@ writes the reports and prints ``@@progress`` lines for the launcher.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import datetime
 import gc
@@ -29,7 +28,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import sys
@@ -56,7 +54,8 @@ from . import (
     window,
 )
 from .config import Config, from_dict
-from .data import Corpus, load_corpus, make_sampler
+from .data import Corpus, load_corpus, make_sampler, parity_window
+from .launch import die_with_parent
 from .model import build_model, loss_sum
 from .normalize import MODES, accumulate_window
 from .steps import BUILTIN
@@ -91,10 +90,8 @@ class Ctx:
     def parity_layout(self) -> window.Layout:
         """The plan's window at ``parity.step``, for this launch's world size."""
         if "parity_layout" not in self._cache:
-            sampler = make_sampler(self.cfg, self.corpus, self.world_size)
-            for _ in range(self.cfg.parity.step + 1):
-                layout = sampler.next_window()
-            self._cache["parity_layout"] = layout
+            self._cache["parity_layout"] = parity_window(self.cfg, self.corpus,
+                                                         self.world_size)
         return self._cache["parity_layout"]
 
     def parity_reference(self) -> window.Reference:
@@ -140,19 +137,8 @@ class Ctx:
 # --- set-up ------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """torchrun starts workers in their own sessions; if torchrun itself is
-    SIGKILLed they would outlive it. Ask Linux to kill us with our parent."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-
 def setup(run: jobs.RunFile) -> Ctx:
-    _die_with_parent()
+    die_with_parent()
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
