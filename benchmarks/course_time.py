@@ -1,44 +1,82 @@
-"""Seconds per chapter for the whole course, as `make course` runs it.
+"""Where `make course`'s seconds go: start-up, launches, windows, other.
 
-Runs every chapter with papermill from a clean run directory (so chapters
-that could reuse an earlier run's reports do the full work), then prints
-each chapter's seconds, the total, the three slowest, and the total as a
-ratio of the 120 s target (goal: 60 s) on a 2-core CPU machine.
+Runs every chapter with papermill from a clean run directory (so no chapter
+reuses an earlier run's reports), then splits the wall time:
 
-    python benchmarks/course_time.py [--keep-runs]
+  start-up  kernel launch and the chapter's import cell (papermill's timings)
+  launches  torchrun's own cost: agent, worker start-up, teardown
+  windows   the work inside the workers: windows, checks, checkpoints
+  other     everything else: the parent's reference and evaluation, plots
+
+    python benchmarks/course_time.py [--only 05 07] [--baseline SECONDS]
+
+``--baseline`` prints the total as a ratio of an earlier total.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
-from course_lib import batch, paths
+from course_lib import batch, paths, timing
 
-TARGET, GOAL = 120.0, 60.0
+
+def _seconds(a: str, b: str) -> float:
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def startup_seconds(executed: Path) -> float:
+    """Kernel launch plus the import cell (the first code cell after the
+    parameters)."""
+    nb = json.loads(executed.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    first = code[0]["metadata"]["papermill"]
+    kernel = _seconds(nb["metadata"]["papermill"]["start_time"], first["start_time"])
+    imports = next((c for c in code if "import" in "".join(c["source"])), None)
+    cell = imports["metadata"]["papermill"]["duration"] if imports else None
+    return kernel + (cell or 0.0)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep-runs", action="store_true",
-                        help="reuse runs/course instead of starting clean")
+    parser.add_argument("--only", nargs="*", default=None, help="chapter prefixes")
+    parser.add_argument("--baseline", type=float, default=None,
+                        help="an earlier total, in seconds, to print the ratio to")
     args = parser.parse_args()
-    if not args.keep_runs:
-        shutil.rmtree(paths.default_out(batch.RUN_NAME), ignore_errors=True)
+    run_dir = paths.default_out(batch.RUN_NAME)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    selected = [nb for nb in batch.chapters()
+                if not args.only or nb.name[:2] in args.only]
     with tempfile.TemporaryDirectory() as tmp:
-        timings = batch.run_chapters(batch.chapters(), Path(tmp))
+        timings = batch.run_chapters(selected, Path(tmp))
+        startup = sum(startup_seconds(Path(tmp) / name) for name, _ in timings)
+    phases = timing.launch_phases(run_dir)
     total = sum(s for _, s in timings)
+    launch_cost = sum(p.agent + p.startup + p.teardown for p in phases)
+    windows = sum(p.work for p in phases)
     print()
     for name, seconds in timings:
         print(f"{name:<32} {seconds:6.1f} s")
-    print(f"{'total':<32} {total:6.1f} s")
-    slowest = sorted(timings, key=lambda t: -t[1])[:3]
-    print("slowest:", ", ".join(f"{n} ({s:.1f} s)" for n, s in slowest))
-    print(f"total / target: {total / TARGET:.2f} (target {TARGET:.0f} s), "
-          f"total / goal: {total / GOAL:.2f} (goal {GOAL:.0f} s)")
+    print(f"\n{len(phases)} launches:")
+    for p in phases:
+        print(f"  W={p.world_size} {'+'.join(p.jobs):<44} {p.total:5.1f} s = agent "
+              f"{p.agent:.1f} + start-up {p.startup:.1f} + work {p.work:.1f} "
+              f"+ teardown {p.teardown:.1f}")
+    print("\nbreakdown:")
+    for label, seconds in [("start-up (kernels, imports)", startup),
+                           ("launches (torchrun overhead)", launch_cost),
+                           ("windows (work in the workers)", windows),
+                           ("other", total - startup - launch_cost - windows)]:
+        print(f"  {label:<32} {seconds:6.1f} s  {seconds / total:5.1%}")
+    print(f"  {'total':<32} {total:6.1f} s")
+    if args.baseline:
+        print(f"total / baseline: {total / args.baseline:.2f} "
+              f"(baseline {args.baseline:.1f} s)")
     return 0
 
 

@@ -137,3 +137,31 @@ class RunFile:
         doc = json.loads(Path(path).read_text())
         doc["jobs"] = [job_from_dict(j) for j in doc["jobs"]]
         return cls(**doc)
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One line of ``<out>/logs/launches.jsonl``: where a launch's time went.
+
+    The launcher writes it after every launch, failed or not; the workers'
+    own logs (``ready``, and ``start``/``done`` per job) split it further.
+    """
+
+    started: float  # wall clock, time.time()
+    seconds: float
+    world_size: int
+    jobs: list[str]
+    returncode: int
+
+    def append_to(self, out: Path) -> None:
+        path = Path(out) / "logs" / "launches.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(asdict(self)) + "\n")
+
+    @classmethod
+    def read_all(cls, out: Path) -> list[LaunchRecord]:
+        path = Path(out) / "logs" / "launches.jsonl"
+        if not path.exists():
+            return []
+        return [cls(**json.loads(line)) for line in path.read_text().splitlines() if line]

@@ -36,6 +36,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -55,7 +56,7 @@ from . import (
 )
 from .config import Config, from_dict
 from .data import Corpus, load_corpus, make_sampler, parity_window
-from .launch import die_with_parent
+from .launch import die_with_parent, name_worker
 from .model import build_model, loss_sum
 from .normalize import MODES, accumulate_window
 from .steps import BUILTIN
@@ -141,6 +142,7 @@ def setup(run: jobs.RunFile) -> Ctx:
     die_with_parent()
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
+    name_worker(rank)
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     backend = run.backend
@@ -537,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = None
     try:
         ctx = setup(run)
+        ctx.log("ready", process_started=psutil.Process().create_time())
         run_jobs(ctx, run.jobs)
         return 0
     except Exception as exc:

@@ -12,6 +12,21 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), what shares state runs on one
+    worker: each test module (its module-scoped runs), the browser tests (one
+    JupyterLab), and all the chapters, in order (they share runs/course)."""
+    for item in items:
+        path = Path(item.path).resolve()
+        if path.suffix == ".ipynb":
+            group = "chapters"
+        elif "browser" in path.parts:
+            group = "browser"
+        else:
+            group = path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def cfg():
     return protocol.load_config(ROOT / "configs" / "minimum.yaml")
@@ -31,11 +46,12 @@ def with_train(cfg, **changes):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
 
 
-def worker_processes(marker: str = "course_lib.worker",
+def worker_processes(marker: str = "course_lib/worker_entry.py",
                      within: Path | None = None) -> list[int]:
-    """PIDs whose command line runs the course's torchrun worker (or, with
-    marker="torch.distributed.run", the torchrun agent) with this checkout's
-    interpreter: other checkouts' jobs on the same machine are not ours. With
+    """PIDs whose command line runs the course's torchrun job with this
+    checkout's interpreter: the agent and its forked workers, which share the
+    agent's command line. Other checkouts' jobs on the same machine are not
+    ours. With
     ``within``, only those whose run file lies below that folder (so other
     test sessions of this checkout are not counted either)."""
     ours = sys.executable.encode()

@@ -19,18 +19,22 @@ from tests.conftest import ROOT, worker_processes
 pytestmark = pytest.mark.torchrun
 
 
-def _ours():
-    return set(worker_processes()) | set(worker_processes("torch.distributed.run"))
-
-
 @pytest.fixture(autouse=True)
-def no_process_left_behind():
-    before = _ours()
+def no_process_left_behind(tmp_path_factory):
+    """No agent or worker of a job this session started survives the test
+    (agents and forked workers share one command line, with the run file
+    under this session's temporary folder)."""
+    mine = tmp_path_factory.getbasetemp()
+
+    def ours():
+        return set(worker_processes(within=mine))
+
+    before = ours()
     yield
     deadline = time.monotonic() + 10
-    while _ours() - before and time.monotonic() < deadline:
+    while ours() - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _ours() - before, "a torchrun agent or worker survived its job"
+    assert not ours() - before, "a torchrun agent or worker survived its job"
 
 
 @pytest.fixture()
@@ -70,14 +74,7 @@ def _wait_for_step(proc, run_dir, step, limit=120):
 
 
 def _workers_of(proc) -> dict[int, psutil.Process]:
-    found = {}
-    for child in psutil.Process(proc.pid).children(recursive=True):
-        try:
-            if "course_lib.worker" in child.cmdline():
-                found[int(child.environ()["RANK"])] = child
-        except (psutil.Error, KeyError):
-            pass
-    return found
+    return launch.workers(proc.pid)
 
 
 # --- what workers print never breaks the launcher ---------------------------------

@@ -33,7 +33,9 @@ def test_torchrun_command_uses_a_free_loopback_port():
     port = cmd[cmd.index("--master-port") + 1]
     assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
     assert port != "29500" and 1024 < int(port) < 65536
-    assert cmd[-3:] == ["course_lib.worker", "--run-file", "run.json"]
+    assert cmd[-6:] == ["--start-method", "fork", "--run-path", str(launch.WORKER_ENTRY),
+                        "--run-file", "run.json"]
+    assert launch.WORKER_ENTRY.is_file()
 
 
 def test_multinode_arguments_pass_through():

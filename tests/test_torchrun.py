@@ -251,9 +251,9 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
             assert proc.poll() is None, f"seed {seed}: {proc.communicate()}"
             time.sleep(0.02)
         rank = rng.randint(0, 1)
-        victim = [p for p in launch.descendants(proc.pid) if _is_worker(p, rank)]
-        assert len(victim) == 1, f"seed {seed}: rank {rank}'s worker not found"
-        os.kill(victim[0], signal.SIGKILL)
+        victim = launch.workers(proc.pid).get(rank)
+        assert victim is not None, f"seed {seed}: rank {rank}'s worker not found"
+        victim.send_signal(signal.SIGKILL)
         kills.append((rank, _last_step(run_dir)))
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, f"seed {seed}, kills {kills}: {err}"
@@ -270,15 +270,6 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
     want = checkpoint.load_params(checkpoint.step_dir(
         protocol.continuous_dir(protocol_run[0]), 100))
     assert checkpoint.compare_params(got, want)["identical"], (seed, kills)
-
-
-def _is_worker(pid, rank):
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"course_lib.worker" in cmd and f"RANK={rank}".encode() in env
 
 
 def _last_step(run_dir):
