@@ -27,9 +27,18 @@ $(STAMP): pyproject.toml
 course: $(STAMP)
 	$(BIN)/python -m course_lib.batch
 
+# The chapters (nbval) and the tests run side by side, one pytest each: the
+# chapters must run in order in one process (they share runs/course), and
+# pytest-xdist splits a notebook's cells across workers. The chapters' report
+# prints after the tests'.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	@mkdir -p runs
+	@$(BIN)/python -m pytest notebooks > runs/nbval.log 2>&1 & chapters=$$!; \
+	$(BIN)/python -m pytest tests; tests=$$?; \
+	wait $$chapters; nbval=$$?; \
+	echo "--- chapters (nbval) ---"; cat runs/nbval.log; \
+	exit $$(( tests || nbval ))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

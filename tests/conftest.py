@@ -12,21 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``), what shares state runs on one
-    worker: each test module (its module-scoped runs), the browser tests (one
-    JupyterLab), and all the chapters, in order (they share runs/course)."""
-    for item in items:
-        path = Path(item.path).resolve()
-        if path.suffix == ".ipynb":
-            group = "chapters"
-        elif "browser" in path.parts:
-            group = "browser"
-        else:
-            group = path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def cfg():
     return protocol.load_config(ROOT / "configs" / "minimum.yaml")
