@@ -1,4 +1,6 @@
-"""torchrun entry point: ``python -m course_lib.worker --run-file RUN.json``.
+"""The torchrun worker. torchrun forks it from its agent and runs
+``worker_entry.py --run-file RUN.json``; ``python -m course_lib.worker
+--run-file RUN.json`` is the same worker in an interpreter of its own.
 
 The run file (``jobs.RunFile``, written by ``launch``) holds the resolved
 config, the backend, the device and the jobs to run, in order, inside one

@@ -82,3 +82,25 @@ def test_kill_tree_ends_a_stopped_process_group_without_waiting_for_sigkill():
     os.kill(proc.pid, signal.SIGSTOP)
     launch.kill_tree(proc, grace=30.0)
     assert proc.returncode == -signal.SIGTERM, "SIGCONT let SIGTERM act, no SIGKILL"
+
+
+def test_launch_phases_split_a_launch_from_its_records(tmp_path):
+    import json as _json
+
+    from course_lib import jobs, timing
+
+    jobs.LaunchRecord(started=100.0, seconds=10.0, world_size=2, jobs=["parity"],
+                      returncode=0).append_to(tmp_path)
+    jobs.LaunchRecord(started=200.0, seconds=5.0, world_size=2, jobs=["smoke"],
+                      returncode=-1).append_to(tmp_path)  # failed: no phases
+    logs = tmp_path / "logs"
+    events = [{"event": "ready", "time": 103.0, "process_started": 101.5},
+              {"event": "start", "time": 103.5}, {"event": "done", "time": 108.0}]
+    (logs / "setup-rank0.jsonl").write_text(
+        "".join(_json.dumps(e) + "\n" for e in events[:1]))
+    (logs / "parity-rank0.jsonl").write_text(
+        "".join(_json.dumps(e) + "\n" for e in events[1:]))
+    [p] = timing.launch_phases(tmp_path)
+    assert (p.jobs, p.total) == (["parity"], 10.0)
+    assert (p.agent, p.startup, p.work, p.teardown) == (1.5, 1.5, 4.5, 2.0)
+    assert len(jobs.LaunchRecord.read_all(tmp_path)) == 2
