@@ -27,18 +27,22 @@ $(STAMP): pyproject.toml
 course: $(STAMP)
 	$(BIN)/python -m course_lib.batch
 
-# The chapters (nbval) and the tests run side by side, one pytest each: the
-# chapters must run in order in one process (they share runs/course), and
-# pytest-xdist splits a notebook's cells across workers. The chapters' report
-# prints after the tests'.
+# Two pytest processes side by side, one per core: the chapters (nbval, in
+# order: they share runs/course) then the protocol's torchrun tests, and
+# every other test. pytest-xdist cannot do this: it splits a notebook's cells
+# across workers. COURSE_REPLAY: a launch both lanes run happens once
+# (course_lib/replay.py). The first lane's report prints last.
+LANE := notebooks tests/test_torchrun.py tests/test_multinode.py
+
 test: $(STAMP)
 	$(BIN)/ruff check .
 	@mkdir -p runs
-	@$(BIN)/python -m pytest notebooks > runs/nbval.log 2>&1 & chapters=$$!; \
-	$(BIN)/python -m pytest tests; tests=$$?; \
-	wait $$chapters; nbval=$$?; \
-	echo "--- chapters (nbval) ---"; cat runs/nbval.log; \
-	exit $$(( tests || nbval ))
+	@export COURSE_REPLAY=$$(mktemp -d); \
+	$(BIN)/python -m pytest $(LANE) > runs/lane.log 2>&1 & lane=$$!; \
+	$(BIN)/python -m pytest tests $(LANE:%=--ignore=%); rest=$$?; \
+	wait $$lane; first=$$?; \
+	echo "--- $(LANE) ---"; cat runs/lane.log; \
+	rm -rf "$$COURSE_REPLAY"; exit $$(( rest || first ))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

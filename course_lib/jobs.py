@@ -152,6 +152,7 @@ class LaunchRecord:
     world_size: int
     jobs: list[str]
     returncode: int
+    replayed: bool = False  # copied from an identical launch (replay.py)
 
     def append_to(self, out: Path) -> None:
         path = Path(out) / "logs" / "launches.jsonl"

@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,10 +30,10 @@ import torch
 import torch.distributed as dist
 
 from . import data as data_mod
-from . import elastic, runlock
+from . import elastic, replay, runlock
 from . import progress as progress_mod
 from .config import Config
-from .jobs import Job, LaunchRecord, RunFile, run_dir_of, tag
+from .jobs import Job, LaunchRecord, RunFile, TrainJob, run_dir_of, tag
 
 
 class LaunchError(RuntimeError):
@@ -333,8 +334,34 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
         run = RunFile(config=cfg.to_dict(), backend=placement.backend,
                       device=placement.device, data_dir=str(data_dir), out=str(out),
                       jobs=jobs, fault=fault, collective_timeout=collective_timeout)
-        return _run(run, placement, world_size // nnodes, multinode, max_restarts,
-                    timeout, progress, echo)
+
+        def launch_now() -> LaunchResult:
+            return _run(run, placement, world_size // nnodes, multinode, max_restarts,
+                        timeout, progress, echo)
+
+        store = replay.enabled()
+        if store is None or fault or multinode or max_restarts:
+            return launch_now()
+        started, wall = time.monotonic(), time.time()
+        result = replay.run_or_replay(store, run, launch_now,
+                                      lambda: _forget_fresh_runs(jobs))
+        if result is not None:
+            return result
+        seconds = time.monotonic() - started
+        (out / "logs").mkdir(exist_ok=True)
+        (out / "logs" / "torchrun.log").write_text(
+            f"replayed: an identical launch already ran in this session ({replay.ENV})\n")
+        LaunchRecord(wall, seconds, world_size, [tag(j) for j in jobs], 0,
+                     replayed=True).append_to(out)
+        return LaunchResult(0, seconds, placement)
+
+
+def _forget_fresh_runs(jobs: list[Job]) -> None:
+    """What a fresh train job's rank 0 does first: drop the run directory's
+    old checkpoints, which a replayed launch would otherwise leave beside its own."""
+    for job in jobs:
+        if isinstance(job, TrainJob) and not job.resume:
+            shutil.rmtree(Path(job.run_dir) / "checkpoints", ignore_errors=True)
 
 
 def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | None,

@@ -46,6 +46,8 @@ def launch_phases(out: Path) -> list[LaunchPhases]:
     events = _rank0_events(out)
     phases = []
     for rec in LaunchRecord.read_all(out):
+        if rec.replayed:
+            continue
         end = rec.started + rec.seconds
         mine = [e for e in events if rec.started <= e["time"] <= end + 1.0]
         ready = next((e for e in mine if e["event"] == "ready"), None)

@@ -1,15 +1,34 @@
 import dataclasses
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from course_lib import paths, protocol
+from course_lib import paths, protocol, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
+
+
+def pytest_configure(config):
+    """One replay store per session (replay.py), unless `make test` already
+    named one for both of its pytest processes. nbval's kernels inherit it."""
+    if not os.environ.get(replay.ENV):
+        store = tempfile.mkdtemp(prefix="course-replay-")
+        os.environ[replay.ENV] = store
+        config.add_cleanup(lambda: shutil.rmtree(store, ignore_errors=True))
+
+
+@pytest.fixture(autouse=True)
+def launch_for_real(monkeypatch):
+    """Tests launch their own jobs. Only module- and session-scoped fixtures
+    (set up before this runs) share launches with the chapters: the bug
+    catalog, the protocol, the recipes."""
+    monkeypatch.delenv(replay.ENV, raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import checkpoint, launch, protocol, reports
+from course_lib import checkpoint, jobs, launch, paths, protocol, replay, reports
 from tests.conftest import ROOT, with_train
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
@@ -345,3 +345,21 @@ def test_check_env_launch_runs_one_all_reduce(tmp_path):
     assert json.loads(proc.stdout)["all_reduce"] == "ok"
     env = json.loads((tmp_path / "reports" / "environment.json").read_text())
     assert env["all_reduce"] == 3 and env["world_size"] == 2
+
+
+def test_an_identical_launch_runs_once_per_replay_store(tmp_path, cfg, monkeypatch):
+    """replay.py: the second identical launch copies the first one's files;
+    a launch with a fault always runs."""
+    store = tmp_path / "store"
+    monkeypatch.setenv(replay.ENV, str(store))
+    first = protocol.parity(cfg, tmp_path / "a")
+    again = protocol.parity(cfg, tmp_path / "b")
+    assert again == first
+    records = [jobs.LaunchRecord.read_all(tmp_path / d)[-1] for d in "ab"]
+    assert [r.replayed for r in records] == [False, True]
+    assert "replayed" in (tmp_path / "b" / "logs" / "torchrun.log").read_text()
+    assert len([p for p in store.iterdir() if p.is_dir()]) == 1
+    launch.launch(cfg, tmp_path / "c", [jobs.SmokeJob()], data_dir=paths.data_dir(),
+                  fault={"delay": 0.0})
+    assert not jobs.LaunchRecord.read_all(tmp_path / "c")[-1].replayed
+    assert len([p for p in store.iterdir() if p.is_dir()]) == 1
