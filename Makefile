@@ -33,12 +33,16 @@ course: $(STAMP)
 # across workers. COURSE_REPLAY: a launch both lanes run happens once
 # (course_lib/replay.py). The first lane's report prints last.
 LANE := notebooks tests/test_torchrun.py tests/test_multinode.py
+# A job started with & by a non-interactive shell ignores SIGINT, and so would
+# everything it starts (Ctrl-C, and the interrupt tests); restore the default.
+SIGINT_DFL := $(BIN)/python -c 'import os, signal, sys; \
+	signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	@mkdir -p runs
 	@export COURSE_REPLAY=$$(mktemp -d); \
-	$(BIN)/python -m pytest $(LANE) > runs/lane.log 2>&1 & lane=$$!; \
+	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) > runs/lane.log 2>&1 & lane=$$!; \
 	$(BIN)/python -m pytest tests $(LANE:%=--ignore=%); rest=$$?; \
 	wait $$lane; first=$$?; \
 	echo "--- $(LANE) ---"; cat runs/lane.log; \

@@ -335,15 +335,16 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
                       device=placement.device, data_dir=str(data_dir), out=str(out),
                       jobs=jobs, fault=fault, collective_timeout=collective_timeout)
 
-        def launch_now() -> LaunchResult:
+        def launch_now(sink: progress_mod.Progress | None) -> LaunchResult:
             return _run(run, placement, world_size // nnodes, multinode, max_restarts,
-                        timeout, progress, echo)
+                        timeout, sink, echo)
 
         store = replay.enabled()
         if store is None or fault or multinode or max_restarts:
-            return launch_now()
+            return launch_now(progress)
         started, wall = time.monotonic(), time.time()
         result = replay.run_or_replay(store, run, launch_now,
+                                      progress or progress_mod.make(),
                                       lambda: _forget_fresh_runs(jobs))
         if result is not None:
             return result

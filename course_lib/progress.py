@@ -127,6 +127,21 @@ class WidgetProgress(Progress):
         self.bar.bar_style = "success"
 
 
+class Recorder(Progress):
+    """Passes every update on and keeps it, so a replayed launch (replay.py)
+    shows the same progress as the launch it copies."""
+
+    def __init__(self, sink: Progress):
+        self.sink, self.updates = sink, []
+
+    def update(self, job, done, total, label=""):
+        self.updates.append([job, done, total, label])
+        self.sink.update(job, done, total, label)
+
+    def close(self):
+        self.sink.close()
+
+
 def _in_kernel() -> bool:
     ip = sys.modules.get("IPython")
     shell = ip.get_ipython() if ip else None

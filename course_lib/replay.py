@@ -33,6 +33,7 @@ import torch
 
 from . import runlock
 from .jobs import RunFile, job_to_dict
+from .progress import Progress, Recorder
 
 ENV = "COURSE_REPLAY"
 # Written by every launch, replayed or not; never part of what is shared.
@@ -105,9 +106,10 @@ def _copy(src: Path, dst: Path, files: list[Path]) -> None:
         shutil.copyfile(src / rel, dst / rel)  # a fresh mtime, as if written now
 
 
-def run_or_replay(store: Path, run: RunFile, launch: Callable[[], object],
-                  before_replay: Callable[[], None]) -> object | None:
-    """``launch()`` once per key; None when this call replayed a stored one."""
+def run_or_replay(store: Path, run: RunFile, launch: Callable[[Progress], object],
+                  sink: Progress, before_replay: Callable[[], None]) -> object | None:
+    """``launch(progress)`` once per key; None when this call replayed a
+    stored launch (its files and its progress updates)."""
     k = key(run)
     entry, out = store / k, Path(run.out)
     with _locked(store / f"{k}.lock"):
@@ -115,13 +117,18 @@ def run_or_replay(store: Path, run: RunFile, launch: Callable[[], object],
             before_replay()
             files = [Path(p) for p in json.loads((entry / "files.json").read_text())]
             _copy(entry / "tree", out, files)
+            for update in json.loads((entry / "progress.json").read_text()):
+                sink.update(*update)
+            sink.close()
             return None
         started = time.time() - 1.0  # mtimes come from a coarser clock
-        result = launch()
+        recorder = Recorder(sink)
+        result = launch(recorder)
         files = _written(out, started)
         tmp = store / f"{k}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         _copy(out, tmp / "tree", files)
+        (tmp / "progress.json").write_text(json.dumps(recorder.updates))
         (tmp / "files.json").write_text(json.dumps([str(p) for p in files]))
         tmp.rename(entry)
         return result

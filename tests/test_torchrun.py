@@ -352,9 +352,19 @@ def test_an_identical_launch_runs_once_per_replay_store(tmp_path, cfg, monkeypat
     a launch with a fault always runs."""
     store = tmp_path / "store"
     monkeypatch.setenv(replay.ENV, str(store))
-    first = protocol.parity(cfg, tmp_path / "a")
-    again = protocol.parity(cfg, tmp_path / "b")
+    seen = {"a": [], "b": []}
+
+    class Sink(launch.progress_mod.Progress):
+        def __init__(self, name):
+            self.name = name
+
+        def update(self, job, done, total, label=""):
+            seen[self.name].append((job, done, total))
+
+    first = protocol.parity(cfg, tmp_path / "a", progress=Sink("a"))
+    again = protocol.parity(cfg, tmp_path / "b", progress=Sink("b"))
     assert again == first
+    assert seen["a"] and seen["b"] == seen["a"], "the replay shows the same progress"
     records = [jobs.LaunchRecord.read_all(tmp_path / d)[-1] for d in "ab"]
     assert [r.replayed for r in records] == [False, True]
     assert "replayed" in (tmp_path / "b" / "logs" / "torchrun.log").read_text()
