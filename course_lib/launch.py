@@ -121,7 +121,8 @@ def torchrun_command(run_file: Path, nproc_per_node: int,
                      max_restarts: int = 0) -> list[str]:
     """``max_restarts``: how often torchrun restarts all workers after one
     fails; restarted train jobs resume from their newest checkpoint."""
-    cmd = [sys.executable, "-m", "torch.distributed.run",
+    agent = "torch.distributed.run" if multinode else "course_lib.agent"
+    cmd = [sys.executable, "-m", agent,
            "--nproc-per-node", str(nproc_per_node), "--max-restarts", str(max_restarts),
            "--monitor-interval", "0.1"]
     if multinode is None and max_restarts > 0:

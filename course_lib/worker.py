@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gc
 import json
 import os
 import random
@@ -521,16 +520,14 @@ def _tell_where_reports_went(ctx: Ctx, out: Path) -> None:
 
 
 def _shutdown() -> None:
-    """Tear the process group down while the interpreter is fully alive.
-
-    DDP's reducer keeps the gloo group alive; if it is only collected during
-    interpreter finalization, gloo's threads die with "terminate called
-    without an active exception" (SIGABRT) after every job succeeded.
-    """
-    gc.collect()
+    """Leave the process group. Both ways out end in ``os._exit`` (torchrun's
+    forked workers through multiprocessing, ``python -m`` below), so DDP's
+    reducer and gloo's threads are never torn down by interpreter
+    finalization, where gloo aborts ("terminate called without an active
+    exception"). No garbage collection is needed first: that took 0.35 s of
+    every launch."""
     if dist.is_initialized():
         dist.destroy_process_group()
-    gc.collect()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ def test_nccl_without_gpus_is_refused():
 
 def test_torchrun_command_uses_a_free_loopback_port():
     cmd = launch.torchrun_command(Path("run.json"), 2)
-    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert cmd[:3] == [sys.executable, "-m", "course_lib.agent"]  # torchrun's own main
     port = cmd[cmd.index("--master-port") + 1]
     assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
     assert port != "29500" and 1024 < int(port) < 65536
@@ -45,6 +45,7 @@ def test_multinode_arguments_pass_through():
     assert "--nnodes 2" in joined and "--node-rank 1" in joined
     assert "--rdzv-endpoint 10.0.0.1:29400" in joined and "--rdzv-backend c10d" in joined
     assert "--master-port" not in joined
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"], "what each node types"
 
 
 def test_kill_tree_reaches_children_in_other_sessions():

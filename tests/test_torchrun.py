@@ -211,7 +211,7 @@ def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protoco
         assert proc.poll() is None, "the job ended before it could be killed"
         time.sleep(0.05)
     torchrun = [p for p in launch.descendants(proc.pid)
-                if b"torch.distributed.run" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if b"course_lib.agent" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert torchrun
     os.killpg(os.getpgid(torchrun[0]), signal.SIGKILL)
     proc.wait(timeout=60)
