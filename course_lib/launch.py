@@ -337,8 +337,16 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
                       jobs=jobs, fault=fault, collective_timeout=collective_timeout)
 
         def launch_now(sink: progress_mod.Progress | None) -> LaunchResult:
-            return _run(run, placement, world_size // nnodes, multinode, max_restarts,
-                        timeout, sink, echo)
+            for attempt in range(PORT_ATTEMPTS):
+                try:
+                    return _run(run, placement, world_size // nnodes, multinode,
+                                max_restarts, timeout, sink, echo)
+                except LaunchError as err:
+                    # free_port() closes the port before torchrun binds it; a
+                    # process in between can take it. No worker has started.
+                    if multinode or attempt == PORT_ATTEMPTS - 1 or not _port_taken(err):
+                        raise
+            raise AssertionError("unreachable")
 
         store = replay.enabled()
         if store is None or fault or multinode or max_restarts:
@@ -356,6 +364,13 @@ def launch(cfg: Config, out: Path, jobs: list[Job], *, data_dir: Path,
         LaunchRecord(wall, seconds, world_size, [tag(j) for j in jobs], 0,
                      replayed=True).append_to(out)
         return LaunchResult(0, seconds, placement)
+
+
+PORT_ATTEMPTS = 3
+
+
+def _port_taken(err: LaunchError) -> bool:
+    return "EADDRINUSE" in str(err) or "Address already in use" in str(err)
 
 
 def _forget_fresh_runs(jobs: list[Job]) -> None:

@@ -373,3 +373,19 @@ def test_an_identical_launch_runs_once_per_replay_store(tmp_path, cfg, monkeypat
                   fault={"delay": 0.0})
     assert not jobs.LaunchRecord.read_all(tmp_path / "c")[-1].replayed
     assert len([p for p in store.iterdir() if p.is_dir()]) == 1
+
+
+def test_a_rendezvous_port_taken_meanwhile_is_retried(tmp_path, cfg, monkeypatch):
+    """free_port() releases the port before torchrun binds it: when another
+    process takes it in between, the launch picks another port."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real = launch.free_port
+        monkeypatch.setattr(launch, "free_port", lambda: next(ports, None) or real())
+        result = launch.launch(cfg, tmp_path, [jobs.SmokeJob()], data_dir=paths.data_dir())
+    assert result.returncode == 0
+    assert len(jobs.LaunchRecord.read_all(tmp_path)) == 2, "one refused, one retried"
