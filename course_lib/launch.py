@@ -204,33 +204,31 @@ def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
 WORKER_NAME = "course-rank"
 
 
-def workers(pid: int) -> dict[int, psutil.Process]:
-    """{rank: process} of the live workers below ``pid``."""
+def worker_states(pid: int) -> dict[int, tuple[psutil.Process, str]]:
+    """{rank: (process, status)} of the live workers below ``pid``."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return {}
     found = {}
-    for child in (psutil.Process(pid).children(recursive=True) if psutil.pid_exists(pid)
-                  else []):
+    for child in children:
         try:
-            name = child.name()
-            if name.startswith(WORKER_NAME) and child.status() != psutil.STATUS_ZOMBIE:
-                found[int(name[len(WORKER_NAME):])] = child
+            name, status = child.name(), child.status()
+            if name.startswith(WORKER_NAME) and status != psutil.STATUS_ZOMBIE:
+                found[int(name[len(WORKER_NAME):])] = (child, status)
         except (psutil.Error, ValueError):
             continue
     return found
 
 
+def workers(pid: int) -> dict[int, psutil.Process]:
+    """{rank: process} of the live workers below ``pid``."""
+    return {rank: proc for rank, (proc, _) in worker_states(pid).items()}
+
+
 def rank_states(proc: subprocess.Popen) -> dict[int, str]:
     """{rank: process status} of the job's live workers ("stopped", ...)."""
-    states = {}
-    try:
-        found = workers(proc.pid)
-    except psutil.Error:
-        return states
-    for rank, child in found.items():
-        try:
-            states[rank] = child.status()
-        except psutil.Error:
-            continue
-    return states
+    return {rank: status for rank, (_, status) in worker_states(proc.pid).items()}
 
 
 def _libc_prctl():
