@@ -446,7 +446,7 @@ def _run_dirs(out: Path, jobs: list[Job]) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def _read_logs(dirs: list[Path], since: float) -> dict[int, list[tuple[Path, dict]]]:
+def read_logs(dirs: list[Path], since: float) -> dict[int, list[tuple[Path, dict]]]:
     by_rank: dict[int, list[tuple[Path, dict]]] = {}
     for d in dirs:
         for path in (d / "logs").glob("*-rank*.jsonl"):
@@ -526,7 +526,7 @@ def diagnose(out: Path, jobs: list[Job], since: float, kind: str, why: str,
     ``states``: the workers' process states when the job timed out; a
     stopped worker is the one that hung the others.
     """
-    logs = _read_logs(_run_dirs(out, jobs), since)
+    logs = read_logs(_run_dirs(out, jobs), since)
     errors = [(rec["time"], rank, path, rec) for rank, recs in logs.items()
               for path, rec in recs if rec.get("event") == "error"]
     progress_line = ", ".join(

@@ -1,8 +1,9 @@
 """Run each distinct launch once per test session; replay it everywhere else.
 
-``make test`` runs the chapters (nbval) and the tests side by side, and both
-run the same jobs: chapter 06 and ``test_audit`` the bug catalog, chapters
-05, 07 and 09 and ``test_torchrun`` the protocol. With ``COURSE_REPLAY=DIR``
+``make test`` runs the chapters (nbval) and the tests side by side, and some
+launches are the same in both: chapter 06 and ``test_audit`` run the bug
+catalog, chapter 07 and ``test_torchrun``'s ``run_all`` the resume and its
+ablations. With ``COURSE_REPLAY=DIR``
 set, a launch first looks in DIR for a launch with the same inputs:
 
   the run file, with --out written as "<out>"; the files the jobs read from
@@ -50,9 +51,8 @@ def _digest_files(paths: list[Path]) -> str:
     for path in paths:
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for f in files:
-            if f.exists():
-                h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-                h.update(f.read_bytes())
+            h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+            h.update(f.read_bytes())
     return h.hexdigest()
 
 

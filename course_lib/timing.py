@@ -10,11 +10,11 @@ A launch splits into four phases:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .jobs import LaunchRecord
+from .launch import read_logs
 
 
 @dataclass(frozen=True)
@@ -29,16 +29,9 @@ class LaunchPhases:
 
 
 def _rank0_events(out: Path) -> list[dict]:
-    events = []
-    for path in Path(out).rglob("logs/*-rank0.jsonl"):
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)):
-                events.append(rec)
-    return sorted(events, key=lambda r: r["time"])
+    """Rank 0's log records from every run directory under ``out``, by time."""
+    dirs = [p.parent for p in Path(out).rglob("logs") if p.is_dir()]
+    return [rec for _, rec in read_logs(dirs, since=0.0).get(0, [])]
 
 
 def launch_phases(out: Path) -> list[LaunchPhases]:

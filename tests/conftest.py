@@ -26,8 +26,8 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def launch_for_real(monkeypatch):
     """Tests launch their own jobs. Only module- and session-scoped fixtures
-    (set up before this runs) share launches with the chapters: the bug
-    catalog, the protocol, the recipes."""
+    (set up before this runs) may share a launch with the chapters; today the
+    bug catalog and the protocol's resume-and-ablations launch do."""
     monkeypatch.delenv(replay.ENV, raising=False)
 
 
@@ -50,14 +50,15 @@ def with_train(cfg, **changes):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
 
 
-def worker_processes(marker: str = "course_lib/worker_entry.py",
-                     within: Path | None = None) -> list[int]:
+JOB_MARKER = b"course_lib/worker_entry.py"
+
+
+def worker_processes(within: Path | None = None) -> list[int]:
     """PIDs whose command line runs the course's torchrun job with this
     checkout's interpreter: the agent and its forked workers, which share the
     agent's command line. Other checkouts' jobs on the same machine are not
-    ours. With
-    ``within``, only those whose run file lies below that folder (so other
-    test sessions of this checkout are not counted either)."""
+    ours. With ``within``, only those whose run file lies below that folder
+    (so other test sessions of this checkout are not counted either)."""
     ours = sys.executable.encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -68,20 +69,26 @@ def worker_processes(marker: str = "course_lib/worker_entry.py",
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker.encode() in cmd and cmd.startswith(ours) and state != "Z" and (
+        if JOB_MARKER in cmd and cmd.startswith(ours) and state != "Z" and (
                 within is None or str(within).encode() in cmd):
             found.append(int(entry))
     return found
 
 
-@pytest.fixture
-def no_worker_left_behind(tmp_path_factory):
-    """Every torchrun worker this test started is gone a few seconds after it."""
+def nothing_survives(tmp_path_factory, grace: float):
+    """Fixture body: every torchrun agent and worker the test started (its
+    run file lies under this session's temporary folder) is gone within
+    ``grace`` seconds after it."""
     mine = tmp_path_factory.getbasetemp()
     before = set(worker_processes(within=mine))
     yield
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + grace
     while set(worker_processes(within=mine)) - before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not set(worker_processes(within=mine)) - before, \
-        "a torchrun worker survived its job"
+        "a torchrun agent or worker survived its job"
+
+
+@pytest.fixture
+def no_worker_left_behind(tmp_path_factory):
+    yield from nothing_survives(tmp_path_factory, grace=5)

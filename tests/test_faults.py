@@ -14,27 +14,14 @@ import psutil
 import pytest
 
 from course_lib import checkpoint, cli, data, launch, paths, protocol, reports, runlock
-from tests.conftest import ROOT, worker_processes
+from tests.conftest import ROOT, nothing_survives
 
 pytestmark = pytest.mark.torchrun
 
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind(tmp_path_factory):
-    """No agent or worker of a job this session started survives the test
-    (agents and forked workers share one command line, with the run file
-    under this session's temporary folder)."""
-    mine = tmp_path_factory.getbasetemp()
-
-    def ours():
-        return set(worker_processes(within=mine))
-
-    before = ours()
-    yield
-    deadline = time.monotonic() + 10
-    while ours() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not ours() - before, "a torchrun agent or worker survived its job"
+    yield from nothing_survives(tmp_path_factory, grace=10)
 
 
 @pytest.fixture()
