@@ -8,7 +8,6 @@ group or session of its own.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import queue
@@ -29,11 +28,12 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from . import agent_client, elastic, replay, runlock
 from . import data as data_mod
-from . import elastic, replay, runlock
 from . import progress as progress_mod
 from .config import Config
 from .jobs import Job, LaunchRecord, RunFile, TrainJob, run_dir_of, tag
+from .prctl import WORKER_NAME
 
 
 class LaunchError(RuntimeError):
@@ -119,10 +119,12 @@ WORKER_ENTRY = Path(__file__).with_name("worker_entry.py")
 def torchrun_command(run_file: Path, nproc_per_node: int,
                      multinode: MultiNode | None = None,
                      max_restarts: int = 0) -> list[str]:
-    """``max_restarts``: how often torchrun restarts all workers after one
-    fails; restarted train jobs resume from their newest checkpoint."""
-    agent = "torch.distributed.run" if multinode else "course_lib.agent"
-    cmd = [sys.executable, "-m", agent,
+    """The torchrun command line for this launch: what each node of a
+    multi-node job types, and what ``ps`` shows for an agent that the agent
+    server forks instead (agent.py). ``max_restarts``: how often torchrun
+    restarts all workers after one fails; restarted train jobs resume from
+    their newest checkpoint."""
+    cmd = [sys.executable, "-m", "torch.distributed.run",
            "--nproc-per-node", str(nproc_per_node), "--max-restarts", str(max_restarts),
            "--monitor-interval", "0.1"]
     if multinode is None and max_restarts > 0:
@@ -142,7 +144,7 @@ def torchrun_command(run_file: Path, nproc_per_node: int,
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", multinode.rdzv_endpoint,
                 "--rdzv-id", multinode.rdzv_id]
     # Forked from the agent, which has already imported torch and
-    # torch._dynamo (see agent.py), a worker starts in about 0.3 s instead of 3 s.
+    # torch._dynamo (agent.py), a worker starts in about 0.3 s instead of 3 s.
     return cmd + ["--start-method", "fork", "--run-path", str(WORKER_ENTRY),
                   "--run-file", str(run_file)]
 
@@ -175,7 +177,7 @@ def _groups(pids: list[int]) -> set[int]:
     return groups
 
 
-def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
+def kill_tree(proc: subprocess.Popen | agent_client.Agent, grace: float = 3.0) -> None:
     """SIGTERM every process group in the job's tree, then SIGKILL survivors.
 
     SIGCONT follows SIGTERM: a stopped (SIGSTOP) process acts on SIGTERM only
@@ -197,11 +199,6 @@ def kill_tree(proc: subprocess.Popen, grace: float = 3.0) -> None:
                 break
             time.sleep(0.05)
     proc.wait()
-
-
-# Forked workers share the agent's command line; each names itself instead
-# (Linux's 15-character process name, as ps and psutil show it).
-WORKER_NAME = "course-rank"
 
 
 def worker_states(pid: int) -> dict[int, tuple[psutil.Process, str]]:
@@ -226,36 +223,9 @@ def workers(pid: int) -> dict[int, psutil.Process]:
     return {rank: proc for rank, (proc, _) in worker_states(pid).items()}
 
 
-def rank_states(proc: subprocess.Popen) -> dict[int, str]:
+def rank_states(proc: subprocess.Popen | agent_client.Agent) -> dict[int, str]:
     """{rank: process status} of the job's live workers ("stopped", ...)."""
     return {rank: status for rank, (_, status) in worker_states(proc.pid).items()}
-
-
-def _libc_prctl():
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _libc_prctl() if sys.platform.startswith("linux") else None
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies.
-
-    The launcher runs it in the torchrun child before exec (SIGKILL leaves the
-    launcher no chance to clean up), and every worker runs it too, so a
-    worker never outlives a killed agent. libc is loaded beforehand: a forked
-    child should call, not load."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def name_worker(rank: int) -> None:
-    """Show this process as ``course-rank<R>`` (see ``workers``)."""
-    if _PRCTL is not None:
-        _PRCTL(15, f"{WORKER_NAME}{rank}".encode())  # PR_SET_NAME
 
 
 # --- the launch ----------------------------------------------------------------
@@ -396,10 +366,7 @@ def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | 
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     sink = progress or progress_mod.make()
     started, tail = time.monotonic(), deque(maxlen=2000)
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-        start_new_session=True,
-        preexec_fn=die_with_parent if _PRCTL is not None else None)
+    proc = agent_client.spawn(cmd, env, os.getcwd())
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     failure, states = None, {}

@@ -134,11 +134,6 @@ def train(cfg: Config, out: Path, *, stop_at: int | None = None,
     return Path(job.run_dir)
 
 
-def _stop_and_continuous_jobs(cfg: Config, out: Path) -> list[jobs.TrainJob]:
-    return [train_job(out, "stop", cfg.train.stop_at),
-            train_job(continuous_dir(out), "continuous", cfg.train.updates)]
-
-
 def stop_and_continuous(cfg: Config, out: Path, **kw) -> tuple[Path, Path]:
     """The stopped run and the continuous control, in one launch.
 
@@ -146,7 +141,8 @@ def stop_and_continuous(cfg: Config, out: Path, **kw) -> tuple[Path, Path]:
     nothing from one to the other.
     """
     out = Path(out)
-    _launch(cfg, out, _stop_and_continuous_jobs(cfg, out), **kw)
+    _launch(cfg, out, [train_job(out, "stop", cfg.train.stop_at),
+                       train_job(continuous_dir(out), "continuous", cfg.train.updates)], **kw)
     return out, continuous_dir(out)
 
 
@@ -212,19 +208,18 @@ def evaluate_run(cfg: Config, out: Path, ckpt: Path | None = None,
 
 def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
             **kw) -> str:
-    """The whole protocol in two torchrun launches, then the summary table.
-
-    Launch 1: parity, exercise, stop at K, continuous. Launch 2: resume from K
-    to the end in a fresh process, then the ablations.
+    """The whole protocol, launch by launch as chapters 05, 09 and 07 run it,
+    then the summary table: parity; the exercise; stop at K and the
+    continuous run; the resume from K in a fresh process, then the ablations.
     """
     out = Path(out)
     data_dir = kw.get("data_dir")
     prepare(cfg, data_dir)
     reference(cfg, out, data_dir, kw.get("world_size"))
-    first = [jobs.ParityJob()]
+    parity(cfg, out, **kw)
     if exercise_cfg is not None:
-        first.append(exercise_job(exercise_cfg))
-    _launch(cfg, out, first + _stop_and_continuous_jobs(cfg, out), **kw)
+        exercise(exercise_cfg, out, **kw)
+    stop_and_continuous(cfg, out, **kw)
     resume_check(cfg, out, resume=True, **kw)
     evaluate_run(cfg, out, checkpoint.step_dir(out, cfg.train.updates), data_dir)
     return summary(out)

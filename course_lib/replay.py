@@ -2,9 +2,9 @@
 
 ``make test`` runs the chapters (nbval) and the tests side by side, and some
 launches are the same in both: chapter 06 and ``test_audit`` run the bug
-catalog, chapter 07 and ``test_torchrun``'s ``run_all`` the resume and its
-ablations. With ``COURSE_REPLAY=DIR``
-set, a launch first looks in DIR for a launch with the same inputs:
+catalog, chapters 05, 07 and 09 and ``test_torchrun``'s ``run_all`` the
+protocol. With ``COURSE_REPLAY=DIR`` set, a launch first looks in DIR for a
+launch with the same inputs:
 
   the run file, with --out written as "<out>"; the files the jobs read from
   earlier launches (resume checkpoints, a learner's step file); the course's

@@ -57,9 +57,9 @@ from . import (
 )
 from .config import Config, from_dict
 from .data import Corpus, load_corpus, make_sampler, parity_window
-from .launch import die_with_parent, name_worker
 from .model import build_model, loss_sum
 from .normalize import MODES, accumulate_window
+from .prctl import die_with_parent, name_worker
 from .steps import BUILTIN
 
 

@@ -1,6 +1,9 @@
+import contextlib
 import dataclasses
+import io
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -8,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import paths, protocol, replay
+from course_lib import cli, paths, protocol, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
@@ -27,7 +30,7 @@ def pytest_configure(config):
 def launch_for_real(monkeypatch):
     """Tests launch their own jobs. Only module- and session-scoped fixtures
     (set up before this runs) may share a launch with the chapters; today the
-    bug catalog and the protocol's resume-and-ablations launch do."""
+    bug catalog and the protocol's launches do."""
     monkeypatch.delenv(replay.ENV, raising=False)
 
 
@@ -44,6 +47,22 @@ def corpus(cfg):
 @pytest.fixture(scope="session")
 def data_dir():
     return paths.data_dir()
+
+
+def course_lib_cli(*args, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``course-lib ARGS`` run by ``cli.main`` in this process: its exit code,
+    stdout and stderr, without the 2 s a fresh interpreter spends importing
+    torch. test_cli runs the installed entry point itself, in subprocesses."""
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:  # argparse's --help
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return subprocess.CompletedProcess(["course-lib", *argv], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def with_train(cfg, **changes):
@@ -87,6 +106,24 @@ def nothing_survives(tmp_path_factory, grace: float):
         time.sleep(0.1)
     assert not set(worker_processes(within=mine)) - before, \
         "a torchrun agent or worker survived its job"
+
+
+@pytest.fixture
+def popen():
+    """``subprocess.Popen`` for one test: whatever still runs when the test
+    ends (an assertion failed first) is killed, and the job it launched goes
+    with it (agent.py)."""
+    started = []
+
+    def start(*args, **kw) -> subprocess.Popen:
+        started.append(subprocess.Popen(*args, **kw))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture

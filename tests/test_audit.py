@@ -2,12 +2,11 @@
 exactness, a learner's own step file, and steps that crash, hang or desync."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from course_lib import audits, checks, launch, reports, steps
+from tests.conftest import course_lib_cli
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
@@ -148,20 +147,15 @@ def step_file(tmp_path):
     return path
 
 
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "course_lib", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
 def test_a_learners_step_file_is_audited_by_path(step_file, tmp_path):
-    good = _cli("audit", "--step", f"{step_file.name}:my_step", "--checks",
-                "parity,no_sync", "--out", tmp_path / "run", cwd=step_file.parent)
+    good = course_lib_cli("audit", "--step", f"{step_file.name}:my_step", "--checks",
+                          "parity,no_sync", "--out", tmp_path / "run", cwd=step_file.parent)
     assert good.returncode == 0, good.stderr
     assert "Audit of my_step (custom)" in good.stdout
     report = reports.load(tmp_path / "run", "audit-my_step")
     assert report.passed and list(report.checks) == ["parity", "no_sync"]
-    bad = _cli("audit", "--step", f"{step_file}:local_mean", "--checks", "parity",
-               "--out", tmp_path / "run")
+    bad = course_lib_cli("audit", "--step", f"{step_file}:local_mean", "--checks", "parity",
+                         "--out", tmp_path / "run")
     assert bad.returncode == 1
     assert "local_mean fails parity" in bad.stderr
     assert not reports.load(tmp_path / "run", "audit-local_mean").passed
@@ -171,7 +165,7 @@ def test_bad_audit_input_is_refused_before_any_launch(tmp_path):
     for args, needle in [(["--step", "nope"], "not a built-in step"),
                          (["--step", "global_token", "--checks", "speed"], "unknown check"),
                          (["--step", "global_token", "--dtype", "float16"], "invalid choice")]:
-        proc = _cli("audit", *args, "--out", tmp_path)
+        proc = course_lib_cli("audit", *args, "--out", tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr
     assert not (tmp_path / "logs").exists(), "nothing was launched"

@@ -8,12 +8,19 @@ import sys
 import pytest
 
 from course_lib import cli
-from tests.conftest import ROOT
+from tests.conftest import ROOT, course_lib_cli
 
 
 def _run(*args):
+    """The entry point itself: a fresh interpreter, torch's import included."""
     return subprocess.run([sys.executable, "-m", "course_lib", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT)
+
+
+def _one_line(proc, needle):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
 def test_check_loss_prints_2_versus_2_5():
@@ -33,10 +40,12 @@ def test_check_loss_prints_2_versus_2_5():
     (["evaluate", "--config", "configs/nope.yaml"], "no such file"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
-    proc = _run(*args)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    _one_line(course_lib_cli(*args), needle)
+
+
+def test_the_command_itself_refuses_in_one_line():
+    """Nothing torch or the course prints at start-up joins the error line."""
+    _one_line(_run("parity", "--world-size", "0"), "--world-size")
 
 
 def test_nccl_on_a_cpu_machine_is_refused_in_one_line():
@@ -45,15 +54,15 @@ def test_nccl_on_a_cpu_machine_is_refused_in_one_line():
     if launch.gpu_count() >= 2:
         pytest.skip("this host has GPUs")
     why = re.compile(r"needs 2 GPUs|has no NCCL")
-    proc = _run("parity", "--backend", "nccl")
+    proc = course_lib_cli("parity", "--backend", "nccl")
     assert proc.returncode == 2
     assert why.search(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
-    env = _run("check-env", "--backend", "nccl")
+    env = course_lib_cli("check-env", "--backend", "nccl")
     assert env.returncode == 1 and why.search(env.stdout)
 
 
 def test_check_env_says_which_path_runs():
-    proc = _run("check-env")
+    proc = course_lib_cli("check-env")
     assert proc.returncode == 0
     info = json.loads(proc.stdout)
     assert info["world_size"] == 2 and info["backend"] in ("gloo", "nccl")
@@ -78,7 +87,7 @@ def test_clean_dry_run_lists_generated_paths_only(tmp_path, monkeypatch):
 
 
 def test_prepare_verifies_the_committed_lock(tmp_path):
-    proc = _run("prepare", "--out", tmp_path)
+    proc = course_lib_cli("prepare", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["status"] == "verified" and len(out["sha256"]) == 64

@@ -1,6 +1,3 @@
-import subprocess
-import sys
-
 import pytest
 import yaml
 
@@ -40,15 +37,13 @@ def test_bad_field_is_named(section, key, value, needle):
 
 
 def test_cli_bad_config_exits_2_with_one_line(tmp_path):
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, course_lib_cli
 
     raw = _raw(ROOT)
     raw["train"]["batch_size_per_rank"] = 0
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    proc = subprocess.run([sys.executable, "-m", "course_lib", "parity", "--config",
-                           str(bad), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True)
+    proc = course_lib_cli("parity", "--config", bad, "--out", tmp_path / "out")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "train.batch_size_per_rank" in lines[0]

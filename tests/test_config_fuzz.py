@@ -4,8 +4,6 @@ traceback or a hang."""
 
 import copy
 import json
-import subprocess
-import sys
 
 import yaml
 from hypothesis import HealthCheck, example, given, settings
@@ -13,7 +11,7 @@ from hypothesis import strategies as st
 
 from course_lib import data
 from course_lib.config import Config, ConfigError, from_dict, load
-from tests.conftest import ROOT
+from tests.conftest import ROOT, course_lib_cli
 
 BASE = yaml.safe_load((ROOT / "configs" / "minimum.yaml").read_text())
 BASE["exercise"] = yaml.safe_load((ROOT / "configs" / "exercise.yaml").read_text())["exercise"]
@@ -105,9 +103,8 @@ def test_non_utf8_config_is_one_line(tmp_path):
 def test_cli_prepare_exits_0_or_2_with_one_line(tmp_path, edits):
     config = tmp_path / "fuzz.yaml"
     config.write_text(yaml.safe_dump(_apply(edits)))
-    proc = subprocess.run([sys.executable, "-m", "course_lib", "prepare", "--config", config,
-                           "--data-dir", tmp_path / "data", "--out", tmp_path / "out"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = course_lib_cli("prepare", "--config", config, "--data-dir", tmp_path / "data",
+                          "--out", tmp_path / "out")
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 2:
         lines = proc.stderr.strip().splitlines()

@@ -1,12 +1,10 @@
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from course_lib import data
-from tests.conftest import ROOT
+from tests.conftest import ROOT, course_lib_cli
 
 
 def test_committed_corpus_matches_its_lock_and_regenerates(cfg, data_dir):
@@ -35,9 +33,7 @@ def test_prepare_exits_1_when_the_committed_corpus_was_edited(cfg, tmp_path):
     data_path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")))
     with pytest.raises(data.DataLockError, match="does not match its lock"):
         data.load_corpus(cfg, tmp_path / "data")
-    proc = subprocess.run(
-        [sys.executable, "-m", "course_lib", "prepare", "--data-dir", str(tmp_path / "data"),
-         "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    proc = course_lib_cli("prepare", "--data-dir", tmp_path / "data", "--out", tmp_path / "out")
     assert proc.returncode == 1, proc.stderr
     assert "lock" in proc.stderr
     # A consistent edit (data + lock) is still caught: regeneration differs.

@@ -1,13 +1,15 @@
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from course_lib import launch
+from course_lib import agent_client, launch
 
 
 def test_auto_backend_on_cpu_is_gloo():
@@ -29,7 +31,7 @@ def test_nccl_without_gpus_is_refused():
 
 def test_torchrun_command_uses_a_free_loopback_port():
     cmd = launch.torchrun_command(Path("run.json"), 2)
-    assert cmd[:3] == [sys.executable, "-m", "course_lib.agent"]  # torchrun's own main
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     port = cmd[cmd.index("--master-port") + 1]
     assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
     assert port != "29500" and 1024 < int(port) < 65536
@@ -105,3 +107,86 @@ def test_launch_phases_split_a_launch_from_its_records(tmp_path):
     assert (p.jobs, p.total) == (["parity"], 10.0)
     assert (p.agent, p.startup, p.work, p.teardown) == (1.5, 1.5, 4.5, 2.0)
     assert len(jobs.LaunchRecord.read_all(tmp_path)) == 2
+
+
+# --- the agent server (agent.py, agent_client.py) ------------------------------------
+
+SLEEPER = """\
+import time
+from course_lib.prctl import die_with_parent
+die_with_parent()
+print("worker up", flush=True)
+time.sleep(60)
+"""
+
+
+def _sleeper_cmd(tmp_path: Path) -> list[str]:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+            "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+            "--master-port", str(launch.free_port()), "--start-method", "fork",
+            "--run-path", str(script)]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+            "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+def _wait_for_worker(agent) -> None:
+    seen, fd = b"", agent.stdout.fileno()
+    deadline = time.monotonic() + 60
+    while b"worker up" not in seen:
+        assert time.monotonic() < deadline, f"the worker never started: {seen!r}"
+        if select.select([fd], [], [], 1.0)[0]:
+            piece = os.read(fd, 4096)
+            assert piece, f"the agent's output ended first: {seen!r}"
+            seen += piece
+
+
+def _gone(pids: list[int], within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while any(launch._alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(launch._alive(p) for p in pids)
+
+
+def test_agents_fork_from_one_server_each_in_a_session_of_its_own(tmp_path):
+    agents = [agent_client.spawn(_sleeper_cmd(tmp_path), _env(), str(tmp_path))
+              for _ in range(2)]
+    try:
+        for agent in agents:
+            _wait_for_worker(agent)
+        first, second = (psutil.Process(a.pid) for a in agents)
+        server = first.parent()
+        assert second.parent().pid == server.pid
+        assert server.cmdline()[:3] == [sys.executable, "-m", "course_lib.agent"]
+        shown = Path(f"/proc/{first.pid}/cmdline").read_bytes().rstrip(b"\0").decode()
+        assert shown.startswith(f"{sys.executable} -m torch.distributed.run ")
+        assert os.getsid(first.pid) == first.pid != os.getsid(0)
+        assert first.cwd() == str(tmp_path)
+        workers = [p.pid for a in (first, second) for p in a.children(recursive=True)]
+        assert len(workers) == 2
+    finally:
+        for agent in agents:
+            launch.kill_tree(agent, grace=2.0)
+    assert all(a.returncode is not None and a.returncode != 0 for a in agents)
+    assert _gone([first.pid, second.pid, *workers])
+    assert server.is_running(), "the server outlives its agents"
+
+
+def test_a_killed_server_takes_its_agent_and_the_next_launch_starts_another(tmp_path):
+    agent = agent_client.spawn(_sleeper_cmd(tmp_path), _env(), str(tmp_path))
+    _wait_for_worker(agent)
+    server = psutil.Process(agent.pid).parent()
+    worker = psutil.Process(agent.pid).children()[0].pid
+    server.kill()
+    assert agent.wait(timeout=10) == -signal.SIGKILL
+    assert _gone([agent.pid, worker])
+    again = agent_client.spawn(_sleeper_cmd(tmp_path), _env(), str(tmp_path))
+    try:
+        _wait_for_worker(again)
+        assert psutil.Process(again.pid).parent().pid != server.pid
+    finally:
+        launch.kill_tree(again, grace=2.0)

@@ -2,14 +2,13 @@
 questions, and one real torchrun run of `course-lib recipes` (gloo/CPU)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from course_lib import lr_scale, quiz, recipe_audit, recipes, reports, steps
 from course_lib.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO_STEP
+from tests.conftest import course_lib_cli
 
 # The survey's facts, written out independently of the registry.
 EXACT_RECIPES = {"course_rule", "fairseq", "hf_trainer_5_10_1", "accelerate_docs",
@@ -174,11 +173,7 @@ def run(tmp_path_factory):
     """`course-lib recipes` with three checks: one torchrun launch at W = 2,
     then one each at W = 1 and W = 4 for world_size_invariance."""
     out = tmp_path_factory.mktemp("recipes")
-    proc = subprocess.run(
-        [sys.executable, "-m", "course_lib", "recipes", "--checks",
-         ",".join(CHECKS), "--out", str(out)], capture_output=True, text=True,
-        timeout=600)
-    return out, proc
+    return out, course_lib_cli("recipes", "--checks", ",".join(CHECKS), "--out", out)
 
 
 

@@ -13,23 +13,19 @@ from pathlib import Path
 import pytest
 
 from course_lib import checkpoint, jobs, launch, paths, protocol, replay, reports
-from tests.conftest import ROOT, with_train
+from tests.conftest import JOB_MARKER, ROOT, course_lib_cli, with_train
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
 
 @pytest.fixture(scope="module")
 def protocol_run(tmp_path_factory, cfg):
-    """The whole protocol once (two launches), shared by the tests below."""
+    """The whole protocol once, shared by the tests below; under `make test`
+    its launches replay the chapters' (course_lib/replay.py)."""
     out = tmp_path_factory.mktemp("protocol")
     ex = protocol.load_config(ROOT / "configs" / "exercise.yaml")
     table = protocol.run_all(cfg, out, ex, timeout=600)
     return out, table
-
-
-def _cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "course_lib", *map(str, args)],
-                          capture_output=True, text=True, env=env, **kw)
 
 
 # --- parity -------------------------------------------------------------------
@@ -180,12 +176,12 @@ def test_timeout_kills_the_whole_job(tmp_path, cfg):
     assert err.value.rank in (0, 1)
 
 
-def test_interrupt_kills_the_job_and_exits_130(tmp_path):
+def test_interrupt_kills_the_job_and_exits_130(tmp_path, popen):
     env = {**os.environ, "COURSE_FAULT": json.dumps({"delay": 0.5}),
            "COURSE_PROGRESS": "text"}
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "train", "--continuous",
-                             "--out", str(tmp_path)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = popen([sys.executable, "-m", "course_lib", "train", "--continuous",
+                  "--out", str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, text=True)
     log = tmp_path / "continuous" / "logs" / "train-rank0.jsonl"
     deadline = time.monotonic() + 60
     while not (log.exists() and '"event": "step"' in log.read_text()):
@@ -197,28 +193,30 @@ def test_interrupt_kills_the_job_and_exits_130(tmp_path):
     assert "interrupted by the user" in stderr
 
 
-def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protocol_run):
+def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protocol_run, popen):
     """SIGKILL the job's process group between checkpoints, resume from the
     latest valid checkpoint, and land exactly on the continuous run."""
     env = {**os.environ, "COURSE_FAULT": json.dumps({"delay": 0.08})}
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "train", "--continuous",
-                             "--out", str(tmp_path)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = popen([sys.executable, "-m", "course_lib", "train", "--continuous",
+                  "--out", str(tmp_path)], env=env,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = protocol.continuous_dir(tmp_path)
     deadline = time.monotonic() + 120
     while checkpoint.latest_valid(run_dir) is None or _last_step(run_dir) < 37:
         assert time.monotonic() < deadline, "no checkpoint appeared"
         assert proc.poll() is None, "the job ended before it could be killed"
         time.sleep(0.05)
-    torchrun = [p for p in launch.descendants(proc.pid)
-                if b"course_lib.agent" in Path(f"/proc/{p}/cmdline").read_bytes()]
-    assert torchrun
-    os.killpg(os.getpgid(torchrun[0]), signal.SIGKILL)
+    # The agent and its workers, which share its process group; not the
+    # agent server, which shares the CLI's.
+    job = [p for p in launch.descendants(proc.pid)
+           if JOB_MARKER in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert job
+    os.killpg(os.getpgid(job[0]), signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode != 0
     latest = checkpoint.latest_valid(run_dir)
     assert latest.name in ("step-0025", "step-0050")
-    done = _cli("train", "--resume", latest, "--out", run_dir, timeout=300)
+    done = course_lib_cli("train", "--resume", latest, "--out", run_dir)
     assert done.returncode == 0, done.stderr
     got = checkpoint.load_params(checkpoint.step_dir(run_dir, 100))
     want = checkpoint.load_params(checkpoint.step_dir(
@@ -226,7 +224,8 @@ def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protoco
     assert checkpoint.compare_params(got, want)["identical"]
 
 
-def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, protocol_run):
+def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, protocol_run,
+                                                                 popen):
     """SIGKILL one worker (not the job) at random steps, three times; torchrun
     restarts the workers, they resume from the newest valid checkpoint, and
     the run ends exactly where the uninterrupted one does."""
@@ -237,10 +236,9 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
                       .replace("checkpoint_every: 25", "checkpoint_every: 5"))
     env = {**os.environ, "COURSE_FAULT": json.dumps({"delay": 0.03}),
            "COURSE_PROGRESS": "none"}
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "train", "--continuous",
-                             "--config", config, "--max-restarts", "3", "--out", tmp_path],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = popen([sys.executable, "-m", "course_lib", "train", "--continuous",
+                  "--config", config, "--max-restarts", "3", "--out", tmp_path],
+                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = protocol.continuous_dir(tmp_path)
     kills = []
     for low, high in ((3, 28), (36, 62), (70, 94)):
@@ -296,10 +294,12 @@ def test_resume_refuses_what_does_not_fit(protocol_run, tmp_path):
     other = tmp_path / "other.yaml"
     other.write_text((ROOT / "configs" / "minimum.yaml").read_text()
                      .replace("lr: 0.5", "lr: 0.25"))
-    _one_line_refusal(_cli("train", "--resume", stop, "--config", other, "--out", out),
-                      "train.lr: 0.5 in the checkpoint, 0.25 now")
-    _one_line_refusal(_cli("train", "--resume", stop, "--world-size", 3, "--out", out),
-                      "world size 2, this run has 3")
+    _one_line_refusal(
+        course_lib_cli("train", "--resume", stop, "--config", other, "--out", out),
+        "train.lr: 0.5 in the checkpoint, 0.25 now")
+    _one_line_refusal(
+        course_lib_cli("train", "--resume", stop, "--world-size", 3, "--out", out),
+        "world size 2, this run has 3")
 
     edited = tmp_path / "edited" / "step-0050"
     shutil.copytree(stop, edited)
@@ -309,38 +309,38 @@ def test_resume_refuses_what_does_not_fit(protocol_run, tmp_path):
     manifest = json.loads((edited / "manifest.json").read_text())
     manifest["files"]["trainer.json"] = checkpoint._sha256(edited / "trainer.json")
     (edited / "manifest.json").write_text(json.dumps(manifest))
-    _one_line_refusal(_cli("train", "--resume", edited, "--out", tmp_path / "x"),
+    _one_line_refusal(course_lib_cli("train", "--resume", edited, "--out", tmp_path / "x"),
                       "data lock ffffffffffff differs")
 
     truncated = tmp_path / "trunc" / "checkpoints" / "step-0050"
     shutil.copytree(stop, truncated)
     model = truncated / "model.pt"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    _one_line_refusal(_cli("train", "--resume", truncated, "--out", tmp_path / "y"),
+    _one_line_refusal(course_lib_cli("train", "--resume", truncated, "--out", tmp_path / "y"),
                       "model.pt: sha256 mismatch")
-    check = _cli("check-checkpoints", "--out", tmp_path / "trunc")
+    check = course_lib_cli("check-checkpoints", "--out", tmp_path / "trunc")
     assert check.returncode == 1 and "BAD  checkpoints/step-0050" in check.stdout
     assert "model.pt" in check.stderr
 
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
-    good = _cli("check-checkpoints", "--out", out)
+    good = course_lib_cli("check-checkpoints", "--out", out)
     assert good.returncode == 0 and good.stdout.count("ok   ") == 8, good.stdout
 
 
 def test_compare_prints_the_diff(protocol_run):
     out, _ = protocol_run
-    proc = _cli("compare", checkpoint.step_dir(out, 100),
+    proc = course_lib_cli("compare", checkpoint.step_dir(out, 100),
                 checkpoint.step_dir(protocol.continuous_dir(out), 100))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["max_abs_param_diff"] == 0.0 and result["compared_values"] == 112_480
-    far = json.loads(_cli("compare", checkpoint.step_dir(out, 25),
+    far = json.loads(course_lib_cli("compare", checkpoint.step_dir(out, 25),
                           checkpoint.step_dir(out, 100)).stdout)
     assert far["max_abs_param_diff"] > 0
 
 
 def test_check_env_launch_runs_one_all_reduce(tmp_path):
-    proc = _cli("check-env", "--launch", "--out", tmp_path, timeout=120)
+    proc = course_lib_cli("check-env", "--launch", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["all_reduce"] == "ok"
     env = json.loads((tmp_path / "reports" / "environment.json").read_text())
