@@ -70,6 +70,7 @@ def serve(control: socket.socket) -> None:
             if not request:
                 return  # the launcher has gone
             status, out = socket.socket(fileno=fds[0]), fds[1]
+            server = os.getpid()
             pid = os.fork()
             if pid == 0:
                 selector.close()
@@ -77,7 +78,7 @@ def serve(control: socket.socket) -> None:
                     sock.close()
                 for fd in (wake_r, wake_w):
                     os.close(fd)
-                os._exit(_agent(json.loads(request), out))
+                os._exit(_agent(json.loads(request), out, server))
             os.close(out)
             _send(status, pid)
             waiting[pid] = status
@@ -104,13 +105,15 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
             sock.close()
 
 
-def _agent(request: dict, out: int) -> int:
+def _agent(request: dict, out: int, server: int) -> int:
     """In the forked child: become the agent ``request`` describes."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setsid()  # its own process group, which the launcher kills as one
     die_with_parent()
+    if os.getppid() != server:  # the server died before the line above
+        return 1
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)

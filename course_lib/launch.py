@@ -1,9 +1,9 @@
 """Spawn torchrun jobs, stream their progress, and never leave a process behind.
 
 torchrun is the distributed engine; this module only builds its command line,
-watches it, and cleans up. Stopping a job means signalling every
-descendant's process group, not just torchrun's: a worker may live in a
-group or session of its own.
+has the agent server fork it (agent.py), watches it, and cleans up. Stopping a
+job means signalling every descendant's process group, not just torchrun's: a
+worker may live in a group or session of its own.
 """
 
 from __future__ import annotations
