@@ -367,6 +367,9 @@ def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | 
     sink = progress or progress_mod.make()
     started, tail = time.monotonic(), deque(maxlen=2000)
     proc = agent_client.spawn(cmd, env, os.getcwd())
+    # The job's time starts with its agent, not with the launcher's first
+    # launch starting the agent server.
+    deadline = time.monotonic() + timeout
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     failure, states = None, {}
@@ -385,7 +388,7 @@ def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | 
                 tail.append(_shown(text))
                 if echo:
                     _echo(tail[-1])
-            if time.monotonic() - started > timeout:
+            if time.monotonic() > deadline:
                 failure = ("timeout", f"timed out after {timeout:.0f} s")
                 states = rank_states(proc)
                 break
