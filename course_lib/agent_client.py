@@ -111,9 +111,9 @@ def _server(key: tuple, env: dict[str, str], fresh: bool = False) -> _Server:
 
 
 def spawn(cmd: list[str], env: dict[str, str], cwd: str) -> Agent:
-    """Run ``cmd`` (``python -m course_lib.agent ARGS``) as a fork of this
-    process's server, started on first use; the agent's stdout and stderr
-    are the returned ``Agent.stdout``."""
+    """Run ``cmd`` (``python -m torch.distributed.run ARGS``) as a fork of
+    this process's agent server, started on first use; the agent's stdout
+    and stderr are the returned ``Agent.stdout``."""
     key = (os.getpid(), *(env.get(k) for k in _AT_IMPORT))
     try:
         return _server(key, env).request(cmd, env, cwd)

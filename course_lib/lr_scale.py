@@ -53,7 +53,8 @@ def train_scaled(cfg: Config, windows: list, optimizer: str, factor: float,
                  model: torch.nn.Module | None = None) -> ScaledRun:
     """``len(windows)`` updates with the exact gradient times ``factor``,
     from ``model`` (default: the initial model in float64)."""
-    model = model or build_model(cfg, dtype=torch.float64).eval()
+    if model is None:
+        model = build_model(cfg, dtype=torch.float64).eval()
     opt = _optimizer(optimizer, model.parameters(), cfg)
     losses = []
     for micro in windows:
