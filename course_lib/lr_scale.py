@@ -79,10 +79,10 @@ def simulate(cfg: Config, corpus: Corpus, factors: Sequence[float] = (1.0, 0.5),
         layout = sampler.next_window()
         windows.append([collate(corpus, ids) for rank in layout
                         for ids in rank[:microbatches]])
-    start = _flat_params(build_model(cfg, dtype=torch.float64))
     # Built here, one after the other: build_model seeds torch's global RNG.
     todo = [(name, f, build_model(cfg, dtype=torch.float64).eval())
             for name in optimizers for f in factors]
+    start = _flat_params(todo[0][2])  # every run's initial weights, before training
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: intra-op threads only contend for the CPU
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import cli, paths, protocol, replay
+from course_lib import cli, launch, paths, protocol, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
@@ -92,6 +92,14 @@ def worker_processes(within: Path | None = None) -> list[int]:
                 within is None or str(within).encode() in cmd):
             found.append(int(entry))
     return found
+
+
+def all_gone(pids: list[int], within: float = 10.0) -> bool:
+    """Whether every one of ``pids`` has exited (zombies count) within ``within`` s."""
+    deadline = time.monotonic() + within
+    while any(launch._alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(launch._alive(p) for p in pids)
 
 
 def nothing_survives(tmp_path_factory, grace: float):

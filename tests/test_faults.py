@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from course_lib import checkpoint, cli, data, launch, paths, protocol, reports, runlock
-from tests.conftest import ROOT, nothing_survives
+from tests.conftest import ROOT, all_gone, nothing_survives
 
 pytestmark = pytest.mark.torchrun
 
@@ -144,10 +144,7 @@ def test_killing_the_cli_takes_torchrun_and_workers_with_it(tmp_path, popen):
     assert len(tree) >= 4, "the agent server, torchrun's agent and two workers"
     proc.kill()
     proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while any(launch._alive(p) for p in tree) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(launch._alive(p) for p in tree)
+    assert all_gone(tree, within=10)
     with runlock.hold(tmp_path):  # the dead run's lock went with it
         pass
 

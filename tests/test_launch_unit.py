@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from course_lib import agent_client, launch
+from tests.conftest import all_gone
 
 
 def test_auto_backend_on_cpu_is_gloo():
@@ -145,13 +146,6 @@ def _wait_for_worker(agent) -> None:
             seen += piece
 
 
-def _gone(pids: list[int], within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while any(launch._alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not any(launch._alive(p) for p in pids)
-
-
 def test_agents_fork_from_one_server_each_in_a_session_of_its_own(tmp_path):
     agents = [agent_client.spawn(_sleeper_cmd(tmp_path), _env(), str(tmp_path))
               for _ in range(2)]
@@ -172,7 +166,7 @@ def test_agents_fork_from_one_server_each_in_a_session_of_its_own(tmp_path):
         for agent in agents:
             launch.kill_tree(agent, grace=2.0)
     assert all(a.returncode is not None and a.returncode != 0 for a in agents)
-    assert _gone([first.pid, second.pid, *workers])
+    assert all_gone([first.pid, second.pid, *workers])
     assert server.is_running(), "the server outlives its agents"
 
 
@@ -183,7 +177,7 @@ def test_a_killed_server_takes_its_agent_and_the_next_launch_starts_another(tmp_
     worker = psutil.Process(agent.pid).children()[0].pid
     server.kill()
     assert agent.wait(timeout=10) == -signal.SIGKILL
-    assert _gone([agent.pid, worker])
+    assert all_gone([agent.pid, worker])
     again = agent_client.spawn(_sleeper_cmd(tmp_path), _env(), str(tmp_path))
     try:
         _wait_for_worker(again)
