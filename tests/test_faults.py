@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from course_lib import checkpoint, cli, data, launch, paths, protocol, reports, runlock
-from tests.conftest import ROOT, all_gone, nothing_survives
+from tests.conftest import ROOT, all_gone, course_lib_cli, nothing_survives
 
 pytestmark = pytest.mark.torchrun
 
@@ -85,16 +85,16 @@ def test_worker_noise_leaves_the_result_intact(tmp_path, cfg):
 # --- a learner's own config ---------------------------------------------------------
 
 
-def test_reseeded_config_runs_parity_without_prepare(tmp_path, popen):
+def test_reseeded_config_runs_parity_without_prepare(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text((ROOT / "configs" / "minimum.yaml").read_text()
                     .replace("seed: 1234", "seed: 4321"))
     cfg = protocol.load_config(mine)
     for p in data.corpus_paths(cfg, paths.generated_data_dir()):
         p.unlink(missing_ok=True)
-    proc = _cli(popen, "parity", "--config", mine, "--world-size", 3, "--out", tmp_path / "w3")
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr
+    done = course_lib_cli("parity", "--config", mine, "--world-size", 3,
+                          "--out", tmp_path / "w3")
+    assert done.returncode == 0, done.stderr
     assert reports.load(tmp_path / "w3", "parity").world_size == 3
     p4 = protocol.parity(cfg, tmp_path / "w4", world_size=4, timeout=300)
     assert p4.passed and len(p4.local_tokens) == 4
@@ -156,12 +156,11 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path, popen):
     first = _cli(popen, "train", "--stop-at", 12, "--out", tmp_path,
                  env={"COURSE_FAULT": json.dumps({"delay": 0.4})})
     _wait_for_step(first, tmp_path, 1)
-    second = _cli(popen, "train", "--stop-at", 3, "--out", tmp_path)
-    _, stderr = second.communicate(timeout=120)
+    second = course_lib_cli("train", "--stop-at", 3, "--out", tmp_path)
     assert first.poll() is None, "the first run must still be running"
-    assert second.returncode == 2, stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], stderr
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], second.stderr
     out, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert json.loads(out)["restarts"] == []

@@ -61,8 +61,8 @@ class LabServer:
     marker: str
     seen_children: set[tuple[int, str]] = field(default_factory=set)
 
-    def lab_url(self, path: str) -> str:
-        return f"{self.url}/lab/tree/{path}?token={self.token}"
+    def app_url(self) -> str:
+        return f"{self.url}/lab?token={self.token}"
 
     def api(self, path: str, auth: bool = True, timeout: float = 10.0):
         req = urllib.request.Request(f"{self.url}{path}")
@@ -218,7 +218,10 @@ def lab_server(chromium_path, tmp_path_factory) -> LabServer:
            # checkpoints (created when a notebook opens) stay out of the sources
            f"--FileCheckpoints.checkpoint_dir={dirs['checkpoints']}",
            f"--LabApp.user_settings_dir={settings_dir}",
-           f"--LabApp.workspaces_dir={dirs['workspaces']}"]
+           f"--LabApp.workspaces_dir={dirs['workspaces']}",
+           # window.jupyterapp, as JupyterLab's own browser tests (Galata) use it:
+           # the tests open each chapter in the page already loaded
+           "--LabApp.expose_app_in_browser=True"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     before = _snapshot(root_dir)
@@ -309,8 +312,11 @@ def pytest_runtest_makereport(item, call):
         item.course_call_failed = report.failed
 
 
-@pytest.fixture
-def page(request, browser, lab_server):
+@pytest.fixture(scope="session")
+def lab_page(browser, lab_server):
+    """One JupyterLab page for the session. Loading the app costs Chromium
+    several CPU-seconds; each test opens its chapter in a new tab of this one
+    (``open_notebook``), as a learner would."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(60_000)
     pg = context.new_page()
@@ -318,14 +324,25 @@ def page(request, browser, lab_server):
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
     pg.errors = errors
     try:
+        pg.goto(lab_server.app_url())
+        pg.wait_for_function("() => window.jupyterapp !== undefined")
+        pg.evaluate("async () => { await window.jupyterapp.started;"
+                    " await window.jupyterapp.restored; }")
         yield pg
-        if getattr(request.node, "course_call_failed", False):
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            pg.screenshot(path=str(SCREENSHOTS / f"{request.node.name}-failure.png"))
-            print(f"page errors: {errors}\nserver log tail:\n{lab_server.log_tail()}")
     finally:
         lab_server.remember_children()
         context.close()
+
+
+@pytest.fixture
+def page(request, lab_page, lab_server):
+    """The session's page; a screenshot and the server log when the test fails."""
+    yield lab_page
+    lab_server.remember_children()
+    if getattr(request.node, "course_call_failed", False):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        lab_page.screenshot(path=str(SCREENSHOTS / f"{request.node.name}-failure.png"))
+        print(f"page errors: {lab_page.errors}\nserver log tail:\n{lab_server.log_tail()}")
 
 
 @pytest.fixture(scope="session")

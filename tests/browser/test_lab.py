@@ -32,9 +32,10 @@ UPDATE_TIMEOUT_S = 60.0
 RUN_MENU = re.compile(r"^Run$")
 RUN_ALL = re.compile(r"^Run All Cells$")
 NUMBER = re.compile(r"-?\d+\.\d{4}(?!\d)")
-# The visible notebook's kernel indicator (earlier tests leave other tabs open).
-IDLE = (".jp-NotebookPanel:not(.lm-mod-hidden) "
-        ".jp-Notebook-ExecutionIndicator[data-status='idle']")
+# The visible notebook: the tests share one page, and earlier tests leave
+# their tabs open.
+SHOWN = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+IDLE = f"{SHOWN} .jp-Notebook-ExecutionIndicator[data-status='idle']"
 
 
 def _notebook(lab_server, name: str):
@@ -46,10 +47,14 @@ def _notebook(lab_server, name: str):
 
 
 def _open(page, lab_server, name: str) -> None:
-    page.goto(lab_server.lab_url(name))
+    """Open the chapter in a new tab of the loaded app (docmanager:open, the
+    command behind a double click in the file browser)."""
+    page.evaluate("async (path) => {"
+                  " await window.jupyterapp.commands.execute('docmanager:open', {path}); }",
+                  name)
     page.locator(".lm-TabBar-tab.lm-mod-current", has_text=name).first.wait_for(
         state="visible")
-    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.wait_for(
+    page.locator(f"{SHOWN} .jp-Cell").first.wait_for(
         state="visible")
 
 
@@ -79,19 +84,19 @@ def _run_all(page) -> None:
     page.locator(".lm-Menu .lm-Menu-item",
                  has=page.locator(".lm-Menu-itemLabel", has_text=RUN_ALL)).click()
     page.wait_for_function(
-        """() => {
+        """(shown) => {
             const prompts = [...document.querySelectorAll(
-                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
+                shown + ' .jp-CodeCell .jp-InputPrompt')];
             return prompts.length > 0
                 && prompts.every(p => /^\\[\\d+\\]:$/.test(p.textContent.trim()));
         }""",
-        polling=250, timeout=RUN_ALL_TIMEOUT_MS)
+        arg=SHOWN, polling=250, timeout=RUN_ALL_TIMEOUT_MS)
     page.wait_for_selector(IDLE,
                            timeout=RUN_ALL_TIMEOUT_MS)
 
 
 def _readout(page, css_class: str) -> str:
-    loc = page.locator(f".{css_class} .widget-readout").first
+    loc = page.locator(f"{SHOWN} .{css_class} .widget-readout").first
     loc.wait_for(state="visible")
     return loc.inner_text().strip()
 
@@ -102,8 +107,8 @@ def _shown_values(page) -> tuple[list[float], list[int], str, str]:
     counts = [int(_readout(page, f"course-tokens-r{r}")) for r in range(world)]
     per_token = [float(_readout(page, f"course-loss-r{r}")) for r in range(world)]
     sums = [loss * n for loss, n in zip(per_token, counts, strict=True)]
-    gm = page.locator(".course-global-mean").first.inner_text().strip()
-    mm = page.locator(".course-mean-of-means").first.inner_text().strip()
+    gm = page.locator(f"{SHOWN} .course-global-mean").first.inner_text().strip()
+    mm = page.locator(f"{SHOWN} .course-mean-of-means").first.inner_text().strip()
     return sums, counts, gm, mm
 
 
@@ -137,9 +142,9 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
     _wait_kernel_ready(page, lab_server, "02_token_explorer.ipynb")
     _run_all(page)
 
-    handle = page.locator(".course-tokens-r1 .noUi-handle").first
+    handle = page.locator(f"{SHOWN} .course-tokens-r1 .noUi-handle").first
     handle.wait_for(state="visible", timeout=RUN_ALL_TIMEOUT_MS)
-    page.locator(".course-global-mean").first.wait_for(state="visible")
+    page.locator(f"{SHOWN} .course-global-mean").first.wait_for(state="visible")
     sums0, counts0, gm0, _, expected0 = _consistent_state(page)
     assert _number(gm0) == expected0[0], (
         f"before any change the page shows {gm0!r}, expected {expected0[0]} "
@@ -154,7 +159,7 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
     page.wait_for_function(
         "([sel, old]) => { const e = document.querySelector(sel);"
         " return e && e.textContent.trim() !== old; }",
-        arg=[".course-tokens-r1 .widget-readout", str(counts0[1])], polling=100,
+        arg=[f"{SHOWN} .course-tokens-r1 .widget-readout", str(counts0[1])], polling=100,
         timeout=30_000)
 
     sums1, counts1, gm1, mm1, expected1 = _consistent_state(page)
@@ -178,24 +183,21 @@ def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots)
     assert pngs >= 1, "05_ddp_parity.ipynb has no committed PNG output (parity figure)"
 
     _open(page, lab_server, "05_ddp_parity.ipynb")
-    images = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) "
-                          ".jp-OutputArea-output img[src^='data:image/png']")
+    images = page.locator(f"{SHOWN} .jp-OutputArea-output img[src^='data:image/png']")
     images.first.wait_for(state="attached", timeout=60_000)
     page.wait_for_function(
-        """(n) => {
+        """([shown, n]) => {
             const imgs = [...document.querySelectorAll(
-                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output '
-                + 'img[src^="data:image/png"]')];
+                shown + ' .jp-OutputArea-output img[src^="data:image/png"]')];
             return imgs.length >= n && imgs.every(i => i.complete && i.naturalWidth > 0);
-        }""", arg=pngs, polling=250, timeout=60_000)
+        }""", arg=[SHOWN, pngs], polling=250, timeout=60_000)
     assert images.count() == pngs, f"{images.count()} figures rendered, {pngs} committed"
     first = images.first
     first.scroll_into_view_if_needed()
     box = first.bounding_box()
     assert box and box["width"] > 100 and box["height"] > 100, f"figure too small: {box}"
     page.screenshot(path=str(screenshots / "05_ddp_parity.png"))
-    prompts = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell "
-                           ".jp-InputPrompt").all_inner_texts()
+    prompts = page.locator(f"{SHOWN} .jp-CodeCell .jp-InputPrompt").all_inner_texts()
     assert not any("*" in p for p in prompts), "the chapter was executed, not just opened"
 
 
@@ -205,7 +207,7 @@ def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screensho
     _open(page, lab_server, name)
     _wait_kernel_ready(page, lab_server, name)
     _run_all(page)
-    quiz = page.locator(".course-question").first
+    quiz = page.locator(f"{SHOWN} .course-question").first
     quiz.wait_for(state="visible", timeout=RUN_ALL_TIMEOUT_MS)
     box = quiz.locator(".course-question-input input").first
     verdict = quiz.locator(".course-question-verdict").first
