@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from course_lib import lr_scale, quiz, recipe_audit, recipes, reports, steps
+from course_lib import audits, lr_scale, quiz, recipe_audit, recipes, reports, steps
 from course_lib.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO_STEP
 from tests.conftest import course_lib_cli
 
@@ -14,7 +14,8 @@ from tests.conftest import course_lib_cli
 EXACT_RECIPES = {"course_rule", "fairseq", "hf_trainer_5_10_1", "accelerate_docs",
                  "torchtitan_fsdp", "megatron_per_token"}
 SCALED_RECIPES = {"hf_trainer_avg_tokens", "torchtitan_ddp"}
-CHECKS = ("parity", "world_size_invariance", "no_sync")
+# Checks whose verdicts the survey predicts per recipe, beside parity.
+INVARIANCES = ["world_size_invariance", "no_sync"]
 EMPTY_WINDOW = {
     "course_rule": "raises",  # EmptyWindowError on every rank
     "fairseq": "zero step",
@@ -170,10 +171,18 @@ def test_a_uniform_scale_moves_sgd_and_barely_adam(cfg, corpus):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """`course-lib recipes` with three checks: one torchrun launch at W = 2,
-    then one each at W = 1 and W = 4 for world_size_invariance."""
+    """`course-lib recipes --checks parity`: chapter 10's launch (one, at W = 2),
+    which `make test` runs once for both (course_lib/replay.py)."""
     out = tmp_path_factory.mktemp("recipes")
-    return out, course_lib_cli("recipes", "--checks", ",".join(CHECKS), "--out", out)
+    return out, course_lib_cli("recipes", "--checks", "parity", "--out", out)
+
+
+@pytest.fixture(scope="module")
+def invariances(tmp_path_factory, cfg):
+    """The other predicted checks on every recipe: an audit launch at W = 2,
+    then one each at W = 1 and W = 4 for world_size_invariance."""
+    out = tmp_path_factory.mktemp("recipe-invariances")
+    return audits.audit(cfg, out, list(RECIPES), INVARIANCES, timeout=600)
 
 
 
@@ -185,7 +194,7 @@ def test_the_command_exits_0_and_writes_the_report(run):
     report = reports.load(out, "recipes")
     assert report.every_prediction_holds
     assert list(report.recipes) == list(RECIPES)
-    assert report.checks == list(CHECKS)
+    assert report.checks == ["parity"]
     for name in RECIPES:
         assert name in proc.stdout
     data = json.loads(reports.report_path(out, "recipes").read_text())
@@ -196,14 +205,17 @@ def test_the_command_exits_0_and_writes_the_report(run):
 
 
 @pytest.mark.torchrun
-def test_exact_recipes_pass_parity_and_the_others_fail_on_skewed_counts(run):
+def test_exact_recipes_pass_parity_and_the_others_fail_on_skewed_counts(run, invariances):
     report = reports.load(run[0], "recipes")
+    assert set(invariances) == set(report.recipes)
     for name, row in report.recipes.items():
         assert row.checks["parity"] == (name in EXACT_RECIPES), name
-        assert row.checks["no_sync"], name
+        checks = invariances[name].checks
+        assert list(checks) == INVARIANCES, name
+        assert checks["no_sync"].passed, name
         # A per-rank mean and a 1/W change with W; a mean of microbatch
         # means over the same microbatches does not.
-        assert row.checks["world_size_invariance"] == (
+        assert checks["world_size_invariance"].passed == (
             name not in {"hf_trainer_4_46_0", "torchtitan_ddp"}), name
         skewed = row.regimes["skewed"]
         assert (skewed.verdict == EXACT) == (name in EXACT_RECIPES), name
