@@ -28,13 +28,13 @@ course: $(STAMP)
 	$(BIN)/python -m course_lib.batch
 
 # Two pytest processes side by side, one per core: the chapters (nbval, in
-# order: they share runs/course) then the fault tests, which mostly wait,
-# and every other test. pytest-xdist spreads a notebook's cells over its
-# workers (and its loadgroup mode does not group them under pytest 9); with
-# its own scheduler it ran no faster than these two lanes. COURSE_REPLAY: a
-# launch both lanes run happens once (course_lib/replay.py). The first
-# lane's report prints last.
-LANE := notebooks tests/test_faults.py
+# order: they share runs/course), the fault tests, which mostly wait, and the
+# widget tests (to even the lanes out), beside every other test. pytest-xdist
+# spreads a notebook's cells over its workers (its loadgroup mode does not
+# group them under pytest 9); with a scheduler of our own it ran no faster
+# than these two lanes. COURSE_REPLAY: a launch both lanes run happens once
+# (course_lib/replay.py). The first lane's report prints last.
+LANE := notebooks tests/test_faults.py tests/test_widgets.py
 # A job started with & by a non-interactive shell ignores SIGINT, and so would
 # everything it starts (Ctrl-C, and the interrupt tests); restore the default.
 SIGINT_DFL := $(BIN)/python -c 'import os, signal, sys; \
