@@ -316,7 +316,7 @@ def pytest_runtest_makereport(item, call):
 def lab_page(browser, lab_server):
     """One JupyterLab page for the session. Loading the app costs Chromium
     several CPU-seconds; each test opens its chapter in a new tab of this one
-    (``open_notebook``), as a learner would."""
+    (``_open`` in test_lab.py), as a learner would."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(60_000)
     pg = context.new_page()

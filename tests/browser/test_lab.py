@@ -46,7 +46,7 @@ def _notebook(lab_server, name: str):
     return path
 
 
-def _open(page, lab_server, name: str) -> None:
+def _open(page, name: str) -> None:
     """Open the chapter in a new tab of the loaded app (docmanager:open, the
     command behind a double click in the file browser)."""
     page.evaluate("async (path) => {"
@@ -138,7 +138,7 @@ def _consistent_state(page, timeout: float = UPDATE_TIMEOUT_S):
 
 def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screenshots):
     _notebook(lab_server, "02_token_explorer.ipynb")
-    _open(page, lab_server, "02_token_explorer.ipynb")
+    _open(page, "02_token_explorer.ipynb")
     _wait_kernel_ready(page, lab_server, "02_token_explorer.ipynb")
     _run_all(page)
 
@@ -182,7 +182,7 @@ def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots)
                for out in cell.get("outputs", []))
     assert pngs >= 1, "05_ddp_parity.ipynb has no committed PNG output (parity figure)"
 
-    _open(page, lab_server, "05_ddp_parity.ipynb")
+    _open(page, "05_ddp_parity.ipynb")
     images = page.locator(f"{SHOWN} .jp-OutputArea-output img[src^='data:image/png']")
     images.first.wait_for(state="attached", timeout=60_000)
     page.wait_for_function(
@@ -204,7 +204,7 @@ def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots)
 def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screenshots):
     name = "01_mean_of_means.ipynb"
     _notebook(lab_server, name)
-    _open(page, lab_server, name)
+    _open(page, name)
     _wait_kernel_ready(page, lab_server, name)
     _run_all(page)
     quiz = page.locator(f"{SHOWN} .course-question").first
