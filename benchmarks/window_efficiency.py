@@ -2,14 +2,25 @@
 
     .venv/bin/python benchmarks/window_efficiency.py [--repeats 40]
 
-In one run: each rank's share of the same windows, timed in this process
-(one thread, no DDP, no other rank), then the same windows as a 2-rank DDP
-job (forward, backward, gradient sync). The last line is
+One 2-rank launch times, round after round over the same 10 windows:
+
+- the DDP window (forward, backward, gradient sync), as every rank runs it;
+- then each rank's share of that same window alone: rank 0's process runs
+  the shares one after the other on a plain model (one thread, no DDP, no
+  collective) while the other rank waits at a barrier.
+
+The last line is
 
     efficiency <x>    x = slowest rank's own time / DDP window time
 
+taken round by round (the slowest share of a window against that window),
+then the median over the rounds.
+
 1.0 would mean the distributed window costs nothing beyond its slowest rank;
-the target is 0.83 (a window at most 1.2 x its floor).
+the target is 0.83 (a window at most 1.2 x its floor). The floor is timed
+between the windows it bounds because this machine's speed drifts: the same
+share took 36 ms or 55 ms in one process a few seconds apart, so a floor
+timed before the launch compared two different machines.
 """
 
 from __future__ import annotations
@@ -18,53 +29,10 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 
-import torch
+from course_lib import jobs, launch, paths, progress, protocol, reports
 
-from course_lib import jobs, launch, paths, progress, protocol, reports, window
-from course_lib.data import make_sampler
-from course_lib.model import build_model
-from course_lib.normalize import accumulate_window
-
-WINDOWS = 10  # the bench job's windows: the same ones timed here
-
-
-class _Local:
-    """Just enough of a worker context for ``window.microbatches``."""
-
-    def __init__(self, cfg, corpus):
-        self.cfg, self.corpus, self.device = cfg, corpus, torch.device("cpu")
-
-
-def own_times(cfg, world: int, repeats: int, warmup: int) -> list[float]:
-    """Median seconds of each rank's share of a window, alone in this process."""
-    torch.set_num_threads(1)
-    corpus = protocol.corpus(cfg)
-    sampler = make_sampler(cfg, corpus, world)
-    layouts = [sampler.next_window() for _ in range(WINDOWS)]
-    ctx = _Local(cfg, corpus)
-    model = build_model(cfg).train()
-    medians = []
-    for rank in range(world):
-        shares = [window.microbatches(ctx, layout, rank) for layout in layouts]
-        times = []
-        for i in range(warmup + repeats):
-            started = time.perf_counter()
-            accumulate_window(model, shares[i % WINDOWS], "global_token", world)
-            if i >= warmup:
-                times.append(time.perf_counter() - started)
-        medians.append(statistics.median(times))
-    return medians
-
-
-def ddp_time(cfg, world: int, repeats: int, warmup: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        launch.launch(cfg, tmp, [jobs.BenchJob(windows=WINDOWS, warmup=warmup,
-                                               repeats=repeats)],
-                      data_dir=paths.data_dir(), world_size=world, backend="gloo",
-                      progress=progress.make("none"))
-        return reports.load(tmp, "benchmark")["median_seconds"]["global_token"]
+WINDOWS = 10  # the bench job's windows, cycled
 
 
 def main() -> int:
@@ -74,14 +42,26 @@ def main() -> int:
     args = parser.parse_args()
     cfg = protocol.load_config()
     world = cfg.train.world_size
-    own = own_times(cfg, world, args.repeats, args.warmup)
-    ddp = ddp_time(cfg, world, args.repeats, args.warmup)
-    for rank, seconds in enumerate(own):
-        print(f"rank {rank}'s share alone  {1000 * seconds:7.1f} ms")
-    print(f"DDP window, {world} ranks    {1000 * ddp:7.1f} ms "
-          f"({ddp / max(own):.2f} x the slowest rank)")
-    print(f"efficiency {max(own) / ddp:.3f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        launch.launch(cfg, tmp, [jobs.BenchJob(windows=WINDOWS, warmup=args.warmup,
+                                               repeats=args.repeats, alone=True)],
+                      data_dir=paths.data_dir(), world_size=world, backend="gloo",
+                      progress=progress.make("none"))
+        bench = reports.load(tmp, "benchmark")
+    alone, ddp = bench["alone_seconds"], bench["global_token_seconds"]
+    for rank, seconds in enumerate(alone):
+        print(f"rank {rank}'s share alone  {1000 * statistics.median(seconds):7.1f} ms, median")
+    print(f"DDP window, {world} ranks    {1000 * statistics.median(ddp):7.1f} ms, median")
+    # Each round's floor against its own window: a drift that lasts seconds
+    # moves both sides of a ratio.
+    ratios = [max(shares) / window for *shares, window in zip(*alone, ddp, strict=True)]
+    print(f"per round, floor / window: quartiles {_quartiles(ratios)}")
+    print(f"efficiency {statistics.median(ratios):.3f}")
     return 0
+
+
+def _quartiles(values: list[float]) -> str:
+    return ", ".join(f"{q:.2f}" for q in statistics.quantiles(values, n=4))
 
 
 if __name__ == "__main__":

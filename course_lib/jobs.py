@@ -48,6 +48,7 @@ class BenchJob:
     windows: int
     warmup: int
     repeats: int
+    alone: bool = False  # also time each rank's share alone (window_efficiency.py)
 
 
 @dataclass(frozen=True)

@@ -447,15 +447,23 @@ def job_bench(ctx: Ctx, spec: jobs.BenchJob) -> None:
     """Time whole windows (forward, backward, DDP sync) in both modes.
 
     Modes alternate window by window over the same windows, so drift and
-    warm-up hit both alike. Rank 0 writes the medians to benchmark.json.
+    warm-up hit both alike. With ``spec.alone``, each round then times every
+    rank's share of that window alone: rank 0 runs the shares one after the
+    other on a plain model (no DDP, no collective), while the other ranks
+    wait at a barrier. The machine's speed drifts within seconds, so the
+    floor is timed between the windows it is the floor of. Rank 0 writes the
+    medians to benchmark.json.
     """
     cfg = ctx.cfg
     model = build_model(cfg).to(ctx.device).train()
     ddp = window.wrap(ctx, model)
     sampler = make_sampler(cfg, ctx.corpus, ctx.world_size)
-    windows = [window.microbatches(ctx, sampler.next_window(), ctx.rank)
-               for _ in range(spec.windows)]
+    layouts = [sampler.next_window() for _ in range(spec.windows)]
+    windows = [window.microbatches(ctx, layout, ctx.rank) for layout in layouts]
     times: dict[str, list[float]] = {m: [] for m in MODES}
+    alone: list[list[float]] = [[] for _ in range(ctx.world_size)]
+    # Not `model`: DDP's hooks sit on its parameters.
+    plain = build_model(cfg).to(ctx.device).train() if spec.alone else None
     for i in range(spec.warmup + spec.repeats):
         micro = windows[i % len(windows)]
         for mode in (MODES if i % 2 else MODES[::-1]):
@@ -466,15 +474,40 @@ def job_bench(ctx: Ctx, spec: jobs.BenchJob) -> None:
                 torch.cuda.synchronize(ctx.device)
             if i >= spec.warmup:
                 times[mode].append(time.perf_counter() - started)
+        if spec.alone:
+            dist.barrier()
+            if ctx.rank == 0:
+                shares = _time_shares(ctx, plain, layouts[i % len(layouts)])
+                for rank, seconds in enumerate(shares if i >= spec.warmup else []):
+                    alone[rank].append(seconds)
+            dist.barrier()
         ctx.progress("bench", i + 1, spec.warmup + spec.repeats)
     if ctx.rank == 0:
         med = {m: statistics.median(t) for m, t in times.items()}
+        # Round by round, so a reader can pair each window with its floor.
+        extra = {"alone_seconds": alone, "global_token_seconds": times["global_token"]
+                 } if spec.alone else {}
         reports.write(ctx.out, "benchmark", {
             **ctx.header(),
             "windows_timed_per_mode": spec.repeats,
             "median_seconds": med,
             "ratio_global_over_mean_of_means": med["global_token"] / med["mean_of_means"],
+            **extra,
         })
+
+
+def _time_shares(ctx: Ctx, model: torch.nn.Module, layout) -> list[float]:
+    """Seconds of each rank's share of ``layout``, run here one after the other.
+    The local mean keeps the window's arithmetic without its count all_reduce."""
+    found = []
+    for rank in range(ctx.world_size):
+        micro = window.microbatches(ctx, layout, rank)
+        started = time.perf_counter()
+        accumulate_window(model, micro, "mean_of_means", ctx.world_size)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        found.append(time.perf_counter() - started)
+    return found
 
 
 JOBS = {
