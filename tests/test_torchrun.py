@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from course_lib import checkpoint, jobs, launch, paths, protocol, replay, reports
+from course_lib.normalize import MODES
 from tests.conftest import JOB_MARKER, ROOT, course_lib_cli, with_train
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
@@ -64,6 +65,18 @@ def test_parity_other_world_sizes(tmp_path, cfg, world):
     else:
         assert not p.control_mode.allclose and p.control_mode.max_abs_err > 1e-3
     assert p.passed
+
+
+def test_bench_job_times_each_share_between_the_windows(tmp_path, cfg):
+    """window_efficiency.py's job: every round, a DDP window per mode, then
+    each rank's share alone on rank 0 while rank 1 waits; the rounds pair up."""
+    bench = jobs.BenchJob(windows=2, warmup=1, repeats=3, alone=True)
+    launch.launch(cfg, tmp_path, [bench], data_dir=paths.data_dir(), timeout=120)
+    r = reports.load(tmp_path, "benchmark")
+    assert r["windows_timed_per_mode"] == 3 and set(r["median_seconds"]) == set(MODES)
+    assert len(r["global_token_seconds"]) == 3
+    assert [len(shares) for shares in r["alone_seconds"]] == [3, 3]
+    assert all(t > 0 for shares in r["alone_seconds"] for t in shares)
 
 
 def test_locally_empty_rank_still_matches_the_reference(tmp_path, cfg):
