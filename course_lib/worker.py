@@ -460,25 +460,27 @@ def job_bench(ctx: Ctx, spec: jobs.BenchJob) -> None:
     sampler = make_sampler(cfg, ctx.corpus, ctx.world_size)
     layouts = [sampler.next_window() for _ in range(spec.windows)]
     windows = [window.microbatches(ctx, layout, ctx.rank) for layout in layouts]
+    # Every rank's share of every window, for rank 0 to time alone.
+    shares = [[window.microbatches(ctx, layout, r) for r in range(ctx.world_size)]
+              for layout in layouts] if spec.alone and ctx.rank == 0 else []
+    # Not `model`: DDP's hooks sit on its parameters.
+    plain = build_model(cfg).to(ctx.device).train() if shares else None
     times: dict[str, list[float]] = {m: [] for m in MODES}
     alone: list[list[float]] = [[] for _ in range(ctx.world_size)]
-    # Not `model`: DDP's hooks sit on its parameters.
-    plain = build_model(cfg).to(ctx.device).train() if spec.alone else None
     for i in range(spec.warmup + spec.repeats):
-        micro = windows[i % len(windows)]
+        timed = i >= spec.warmup
         for mode in (MODES if i % 2 else MODES[::-1]):
             dist.barrier()
-            started = time.perf_counter()
-            accumulate_window(ddp, micro, mode, ctx.world_size)
-            if ctx.device.type == "cuda":
-                torch.cuda.synchronize(ctx.device)
-            if i >= spec.warmup:
-                times[mode].append(time.perf_counter() - started)
+            seconds = _window_seconds(ctx, ddp, windows[i % len(windows)], mode)
+            if timed:
+                times[mode].append(seconds)
         if spec.alone:
             dist.barrier()
-            if ctx.rank == 0:
-                shares = _time_shares(ctx, plain, layouts[i % len(layouts)])
-                for rank, seconds in enumerate(shares if i >= spec.warmup else []):
+            # The local mean keeps the window's arithmetic without its count
+            # all_reduce, which the waiting ranks would never join.
+            for rank, micro in enumerate(shares[i % len(shares)] if shares else []):
+                seconds = _window_seconds(ctx, plain, micro, "mean_of_means")
+                if timed:
                     alone[rank].append(seconds)
             dist.barrier()
         ctx.progress("bench", i + 1, spec.warmup + spec.repeats)
@@ -496,18 +498,12 @@ def job_bench(ctx: Ctx, spec: jobs.BenchJob) -> None:
         })
 
 
-def _time_shares(ctx: Ctx, model: torch.nn.Module, layout) -> list[float]:
-    """Seconds of each rank's share of ``layout``, run here one after the other.
-    The local mean keeps the window's arithmetic without its count all_reduce."""
-    found = []
-    for rank in range(ctx.world_size):
-        micro = window.microbatches(ctx, layout, rank)
-        started = time.perf_counter()
-        accumulate_window(model, micro, "mean_of_means", ctx.world_size)
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)
-        found.append(time.perf_counter() - started)
-    return found
+def _window_seconds(ctx: Ctx, model: torch.nn.Module, micro, mode: str) -> float:
+    started = time.perf_counter()
+    accumulate_window(model, micro, mode, ctx.world_size)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    return time.perf_counter() - started
 
 
 JOBS = {
