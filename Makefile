@@ -12,7 +12,7 @@ ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # Batch runs print a few stable progress lines; `make lab` keeps the widget.
 course test: export COURSE_PROGRESS = text
 
-.PHONY: course test lint lab clean venv
+.PHONY: course test lint lab clean venv gpu-check
 
 venv: $(STAMP)
 
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 course: $(STAMP)
-	$(BIN)/python -m course_lib.batch
+	$(BIN)/python -m course_lib.course.run_chapters
 
 # Two pytest processes side by side, one per core: the chapters (nbval, in
 # order: they share runs/course), the fault tests, which mostly wait, and the
@@ -42,6 +42,8 @@ SIGINT_DFL := $(BIN)/python -c 'import os, signal, sys; \
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	@mkdir -p runs
 	@export COURSE_REPLAY=$$(mktemp -d); \
 	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) > runs/lane.log 2>&1 & lane=$$!; \
@@ -50,12 +52,21 @@ test: $(STAMP)
 	echo "--- $(LANE) ---"; cat runs/lane.log; \
 	rm -rf "$$COURSE_REPLAY"; exit $$(( rest || first ))
 
+# ruff, then the layers of ARCHITECTURE.md (import-linter), then the types.
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=8888 \
 		--no-browser $(ROOT_FLAG)
+
+# On a GPU host only (a CUDA torch build: see TORCH_SPEC): one pass over the
+# CUDA paths in under 10 minutes -> runs/gpu/report.json and summary.txt.
+# Exit 2 where no CUDA device is visible.
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py
 
 clean: $(STAMP)
 	$(BIN)/course-lib clean --scope generated

@@ -14,7 +14,10 @@ import argparse
 import sys
 import tempfile
 
-from course_lib import jobs, launch, paths, protocol, reports
+import course_lib
+from course_lib.core import paths
+from course_lib.jobs.bench import BenchJob, BenchReport
+from course_lib.run import launch
 
 TARGET = 1.05
 
@@ -26,12 +29,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=6)
     args = parser.parse_args()
-    cfg = protocol.load_config()
+    cfg = course_lib.load_config()
     with tempfile.TemporaryDirectory() as tmp:
-        job = jobs.BenchJob(windows=10, warmup=args.warmup, repeats=args.repeats)
+        job = BenchJob(windows=10, warmup=args.warmup, repeats=args.repeats)
         launch.launch(cfg, tmp, [job], data_dir=paths.data_dir(),
                       world_size=args.world_size, backend=args.backend)
-        r = reports.load(tmp, "benchmark")
+        r = BenchReport.load(tmp)
     med = r["median_seconds"]
     ratio = r["ratio_global_over_mean_of_means"]
     print(f"{r['world_size']} ranks, {r['backend']} on {r['device']}, "

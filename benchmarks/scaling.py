@@ -13,7 +13,11 @@ import argparse
 import sys
 import tempfile
 
-from course_lib import jobs, launch, paths, progress, protocol, reports
+import course_lib
+from course_lib.core import paths
+from course_lib.jobs.bench import BenchJob, BenchReport
+from course_lib.jobs.parity import ParityJob, ParityReport
+from course_lib.run import launch, progress
 
 
 def main() -> int:
@@ -22,17 +26,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
-    cfg = protocol.load_config()
+    cfg = course_lib.load_config()
     print(f"{'W':>2} {'window ms':>10} {'window / W':>12} {'parity |err|':>13} "
           f"{'mean_of_means |err|':>20} {'overhead':>9}")
     for world in range(1, args.max_world_size + 1):
         with tempfile.TemporaryDirectory() as tmp:
-            todo = [jobs.ParityJob(),
-                    jobs.BenchJob(windows=4, warmup=args.warmup, repeats=args.repeats)]
+            todo = [ParityJob(),
+                    BenchJob(windows=4, warmup=args.warmup, repeats=args.repeats)]
             launch.launch(cfg, tmp, todo, data_dir=paths.data_dir(), world_size=world,
                           backend="gloo", progress=progress.make("none"))
-            p = reports.load(tmp, "parity")
-            b = reports.load(tmp, "benchmark")
+            p = ParityReport.load(tmp)
+            b = BenchReport.load(tmp)
         window = b["median_seconds"]["global_token"]
         control = p.control_mode.max_abs_err if world > 1 else float("nan")
         print(f"{world:>2} {1000 * window:>10.1f} {1000 * window / world:>12.1f} "

@@ -30,7 +30,10 @@ import statistics
 import sys
 import tempfile
 
-from course_lib import jobs, launch, paths, progress, protocol, reports
+import course_lib
+from course_lib.core import paths
+from course_lib.jobs.bench import BenchJob, BenchReport
+from course_lib.run import launch, progress
 
 WINDOWS = 10  # the bench job's windows, cycled
 
@@ -40,14 +43,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
-    cfg = protocol.load_config()
+    cfg = course_lib.load_config()
     world = cfg.train.world_size
     with tempfile.TemporaryDirectory() as tmp:
-        launch.launch(cfg, tmp, [jobs.BenchJob(windows=WINDOWS, warmup=args.warmup,
+        launch.launch(cfg, tmp, [BenchJob(windows=WINDOWS, warmup=args.warmup,
                                                repeats=args.repeats, alone=True)],
                       data_dir=paths.data_dir(), world_size=world, backend="gloo",
                       progress=progress.make("none"))
-        bench = reports.load(tmp, "benchmark")
+        bench = BenchReport.load(tmp)
     alone, ddp = bench["alone_seconds"], bench["global_token_seconds"]
     for rank, seconds in enumerate(alone):
         print(f"rank {rank}'s share alone  {1000 * statistics.median(seconds):7.1f} ms, median")

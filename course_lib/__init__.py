@@ -1,30 +1,91 @@
-"""Token-weighted DDP: the engine behind the course's notebooks."""
+"""Token-weighted DDP: the engine behind the course's notebooks.
 
-from . import quiz, reports
-from .arithmetic import counter_example, global_mean, mean_of_means
-from .audits import audit, bugs
-from .audits import describe as describe_audit
-from .config import Config, ConfigError
-from .launch import LaunchError
+This is the notebooks' one face: every name a chapter calls, grouped by the
+chapter that first needs it. Names load on first use (PEP 562), so a chapter
+that does arithmetic by hand never pays for ``import torch``. The layers
+behind it are in ARCHITECTURE.md.
+"""
 
-# protocol.reference is not re-exported: it would shadow the reference module.
-from .protocol import (
-    evaluate_run,
-    exercise,
-    load_config,
-    parity,
-    prepare,
-    resume_check,
-    run_all,
-    stop_and_continuous,
-    summary,
-    train,
-)
+from __future__ import annotations
 
-__all__ = [
-    "Config", "ConfigError", "LaunchError", "audit", "bugs", "counter_example",
-    "describe_audit", "evaluate_run", "quiz", "reports",
-    "exercise", "global_mean", "load_config", "mean_of_means", "parity", "prepare",
-    "resume_check", "run_all", "stop_and_continuous", "summary", "train",
-]
+import importlib
+from typing import Any
+
+# name -> "module" (the module itself) or "module:attribute"
+_EXPORTS: dict[str, str] = {
+    # 00 set-up, and every chapter's imports
+    "load_config": "course_lib.course.api:load_config",
+    "Config": "course_lib.core.config:Config",
+    "ConfigError": "course_lib.core.config:ConfigError",
+    "LaunchError": "course_lib.run.diagnose:LaunchError",
+    "paths": "course_lib.core.paths",
+    "launch": "course_lib.run.launch",
+    "progress": "course_lib.run.progress",
+    "quiz": "course_lib.course.quiz",
+    "check": "course_lib.course.quiz:check",
+    "widgets": "course_lib.course.widgets",
+    "plots": "course_lib.course.plots",
+    # 01 the mean of means, 02 the token explorer
+    "arithmetic": "course_lib.core.arithmetic",
+    "counter_example": "course_lib.core.arithmetic:counter_example",
+    "global_mean": "course_lib.core.arithmetic:global_mean",
+    "mean_of_means": "course_lib.core.arithmetic:mean_of_means",
+    # 03 data and plan
+    "data": "course_lib.core.data",
+    "prepare": "course_lib.course.api:prepare",
+    "corpus": "course_lib.course.api:corpus",
+    # 04 the global denominator
+    "model": "course_lib.core.model",
+    "compare": "course_lib.core.reference:compare",
+    "flat_grad": "course_lib.core.reference:flat_grad",
+    "reference_gradient": "course_lib.core.reference:reference_gradient",
+    "err_bound": "course_lib.reports.numbers:err_bound",
+    # 05 DDP parity
+    "reference": "course_lib.course.api:single_process_reference",
+    "parity": "course_lib.jobs.parity:parity",
+    # 06 the bug lab
+    "steps": "course_lib.steps",
+    "audit": "course_lib.jobs.audit:audit",
+    "bugs": "course_lib.jobs.audit:bugs",
+    "describe_audit": "course_lib.jobs.audit:describe",
+    "AuditReport": "course_lib.jobs.audit:AuditReport",
+    # 07 checkpoint and resume
+    "checkpoint": "course_lib.core.checkpoint",
+    "train": "course_lib.jobs.train:train",
+    "stop_and_continuous": "course_lib.jobs.train:stop_and_continuous",
+    "continuous_dir": "course_lib.jobs.train:continuous_dir",
+    "resume_check": "course_lib.jobs.resume:resume_check",
+    # 08 evaluation
+    "evaluate_run": "course_lib.course.api:evaluate_run",
+    "reconcile": "course_lib.course.reconcile",
+    # 09 the exercise
+    "exercise": "course_lib.jobs.exercise:exercise",
+    # 10 production recipes
+    "recipes": "course_lib.steps.recipes",
+    "recipe_audit": "course_lib.jobs.recipes",
+    "lr_scale": "course_lib.course.lr_scale",
+    # every chapter's closing table, and reports by name
+    "summary": "course_lib.course.api:summary",
+    "run_all": "course_lib.course.api:run_all",
+    "reports": "course_lib.reports",
+    "protocol": "course_lib.course.api",
+}
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'course_lib' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = importlib.import_module(module)
+    if attr:
+        value = getattr(value, attr)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

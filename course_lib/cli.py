@@ -7,28 +7,28 @@ import json
 import platform
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from . import (
-    arithmetic,
-    audits,
-    checkpoint,
-    checks,
-    elastic,
-    jobs,
-    launch,
-    paths,
-    progress,
-    protocol,
-    recipe_audit,
-    reports,
-    steps,
-)
-from .config import ConfigError
-from .data import DataLockError, lock_record, make_plan
-from .launch import BackendError, LaunchError
+from course_lib import checks, steps
+from course_lib.core import arithmetic, checkpoint, paths
+from course_lib.core.config import ConfigError
+from course_lib.core.data import DataLockError, lock_record, make_plan
+from course_lib.course import api
+from course_lib.jobs import audit as audits
+from course_lib.jobs import recipes as recipe_audit
+from course_lib.jobs.exercise import exercise
+from course_lib.jobs.kind import ReportElsewhere
+from course_lib.jobs.kind import launch as launch_jobs
+from course_lib.jobs.parity import parity
+from course_lib.jobs.resume import resume_check
+from course_lib.jobs.smoke import SmokeJob
+from course_lib.jobs.train import train
+from course_lib.reports.store import report_path
+from course_lib.run import elastic, launch, progress
+from course_lib.run.launch import BackendError, LaunchError
 
 
 class BadInput(Exception):
@@ -48,7 +48,7 @@ def _config(args):
     path = Path(args.config)
     if not path.exists() and not path.is_absolute():
         path = paths.project_root() / path
-    return protocol.load_config(path)
+    return api.load_config(path)
 
 
 def _out(args, cfg) -> Path:
@@ -63,7 +63,8 @@ def _launch_kw(args) -> dict:
     kw = {"data_dir": _data_dir(args), "timeout": args.timeout,
           "backend": getattr(args, "backend", "auto"),
           "device": getattr(args, "device", "auto"),
-          "progress": progress.make(stream=sys.stderr)}
+          "progress": progress.make(stream=sys.stderr),
+          "echo": getattr(args, "verbose", False)}
     if getattr(args, "world_size", None):
         kw["world_size"] = args.world_size
     if getattr(args, "max_restarts", 0):
@@ -106,7 +107,7 @@ def cmd_check_env(args) -> int:
                 plan=placement.describe())
     if args.launch:
         out = _out(args, cfg)
-        protocol._launch(cfg, out, [jobs.SmokeJob()], **_launch_kw(args))
+        launch_jobs(cfg, out, [SmokeJob()], **_launch_kw(args))
         info["all_reduce"] = "ok"
     _print(info)
     return 0
@@ -115,7 +116,7 @@ def cmd_check_env(args) -> int:
 def cmd_prepare(args) -> int:
     cfg = _config(args)
     try:
-        data, status = protocol.prepare(cfg, _data_dir(args))
+        data, status = api.prepare(cfg, _data_dir(args))
     except DataLockError as exc:
         raise CheckFailed(f"data lock mismatch: {exc}") from None
     world = args.world_size or cfg.train.world_size
@@ -139,7 +140,11 @@ def cmd_check_loss(args) -> int:
 
 def cmd_reference(args) -> int:
     cfg = _config(args)
-    _print(protocol.reference(cfg, _out(args, cfg), _data_dir(args), args.world_size))
+    if args.device == "cuda" and not launch.gpu_count():
+        raise BadInput("--device cuda: no GPU is visible")
+    report = api.single_process_reference(cfg, _out(args, cfg), _data_dir(args),
+                                          args.world_size, device=args.device)
+    _print(report.to_dict())
     return 0
 
 
@@ -147,11 +152,11 @@ def cmd_parity(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     try:
-        report = protocol.parity(cfg, out, **_launch_kw(args))
-    except protocol.ReportElsewhere as where:
+        report = parity(cfg, out, **_launch_kw(args))
+    except ReportElsewhere as where:
         print(f"parity: the job succeeded; {where}")
         return 0
-    print(protocol.summary(out, sections=("parity",)))
+    print(api.summary(out, sections=("parity",)))
     if not report.passed:
         raise CheckFailed("parity: global_token must pass and mean_of_means must fail")
     return 0
@@ -164,7 +169,7 @@ def cmd_audit(args) -> int:
     found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype, **_launch_kw(args))
     (report,) = found.values()
     print(audits.describe(report))
-    print(f"report: {reports.report_path(out, 'audit-' + report.step)}")
+    print(f"report: {report_path(out, audits.AuditReport.file_name(report.step))}")
     if not report.passed:
         failed = [c for c, r in report.checks.items() if not r.passed]
         raise CheckFailed(f"{report.step} fails {', '.join(failed)}")
@@ -176,7 +181,7 @@ def cmd_bugs(args) -> int:
     out = _out(args, cfg)
     report = audits.bugs(cfg, out, dtype=args.dtype, **_launch_kw(args))
     print(audits.describe_bugs(report))
-    print(f"report: {reports.report_path(out, 'bugs')}")
+    print(f"report: {report_path(out, audits.BugsReport.NAME)}")
     if not (report.every_bug_caught and report.no_false_alarm):
         raise CheckFailed("a bug went uncaught or a correct design was flagged")
     return 0
@@ -188,7 +193,7 @@ def cmd_recipes(args) -> int:
     names = audits.parse_checks(args.checks)
     report = recipe_audit.run(cfg, out, names, dtype=args.dtype, **_launch_kw(args))
     print(recipe_audit.describe(report))
-    print(f"report: {reports.report_path(out, 'recipes')}")
+    print(f"report: {report_path(out, recipe_audit.RecipesReport.NAME)}")
     if not report.every_prediction_holds:
         off = [n for n, row in report.recipes.items() if not row.matches]
         raise CheckFailed(f"not as predicted: {', '.join(off)}")
@@ -198,9 +203,9 @@ def cmd_recipes(args) -> int:
 def cmd_train(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
-    run_dir = protocol.train(cfg, out, stop_at=args.stop_at, continuous=args.continuous,
-                             resume=Path(args.resume) if args.resume else None,
-                             **_launch_kw(args))
+    run_dir = train(cfg, out, stop_at=args.stop_at, continuous=args.continuous,
+                    resume=Path(args.resume) if args.resume else None,
+                    **_launch_kw(args))
     latest = checkpoint.latest_valid(run_dir)
     restarts = [{k: r[k] for k in ("restart", "resumed_from_step") if k in r}
                 for r in elastic.read_restarts([run_dir])]
@@ -212,11 +217,11 @@ def cmd_train(args) -> int:
 def cmd_resume_check(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
-    r = protocol.resume_check(cfg, out, **_launch_kw(args))
+    r = resume_check(cfg, out, **_launch_kw(args))
     _print({"step": r.step, "identical": r.identical,
             "max_abs_param_diff": r.max_abs_param_diff,
             "compared_values": r.compared_values,
-            "ablations": {k: v["max_abs_param_diff"] for k, v in r.ablations.items()}})
+            "ablations": {k: v.max_abs_param_diff for k, v in r.ablations.items()}})
     if not r.identical:
         raise CheckFailed("resume differs from the continuous run")
     return 0
@@ -226,25 +231,25 @@ def cmd_evaluate(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     ckpt = Path(args.checkpoint) if args.checkpoint else None
-    e = protocol.evaluate_run(cfg, out, ckpt, _data_dir(args))
+    e = api.evaluate_run(cfg, out, ckpt, _data_dir(args))
     _print({"test_sequences": e.test_sequences, "test_tokens": e.test_tokens,
             "loss_per_token": e.loss_per_token, "token_accuracy": e.token_accuracy,
-            "entropy_floor": e.entropy_floor, "untrained": e.untrained})
-    if not e.loss_per_token < e.untrained["loss_per_token"]:
+            "entropy_floor": e.entropy_floor, "untrained": asdict(e.untrained)})
+    if not e.beats_untrained():
         raise CheckFailed("the trained model is no better than the untrained one")
     return 0
 
 
 def cmd_exercise(args) -> int:
     cfg = _config(args)
-    x = protocol.exercise(cfg, _out(args, cfg), **_launch_kw(args))
+    x = exercise(cfg, _out(args, cfg), **_launch_kw(args))
     for sc in x.scenarios:
-        g = sc["gradients"]
-        print(f"{sc['name']}: tokens {sc['tokens']}  mean of means "
-              f"{sc['mean_of_means']:g}  global mean {sc['global_mean']:g}  "
-              f"grad allclose: global_token={g['global_token']['allclose']} "
-              f"mean_of_means={g['mean_of_means']['allclose']}")
-    if not all(sc["gradients"]["global_token"]["allclose"] for sc in x.scenarios):
+        g = sc.gradients
+        print(f"{sc.name}: tokens {sc.tokens}  mean of means "
+              f"{sc.mean_of_means:g}  global mean {sc.global_mean:g}  "
+              f"grad allclose: global_token={g.global_token.allclose} "
+              f"mean_of_means={g.mean_of_means.allclose}")
+    if not all(sc.gradients.global_token.allclose for sc in x.scenarios):
         raise CheckFailed("exercise: the global_token gradient left the tolerance")
     return 0
 
@@ -284,7 +289,7 @@ def generated_paths(root: Path) -> list[Path]:
     """What the course generates: never data/, configs/ or notebook sources."""
     found = [root / "runs"]
     for pattern in ("**/__pycache__", "**/.ipynb_checkpoints", ".pytest_cache",
-                    ".ruff_cache", "*.egg-info"):
+                    ".ruff_cache", ".mypy_cache", ".import_linter_cache", "*.egg-info"):
         found += [p for p in root.glob(pattern) if ".venv" not in p.parts]
     protected = [root / "data", root / "configs"]
     return sorted(p for p in set(found) if p.exists()
@@ -310,16 +315,11 @@ def cmd_run_all(args) -> int:
     ex_path = Path(args.exercise_config)
     if not ex_path.exists() and not ex_path.is_absolute():
         ex_path = paths.project_root() / ex_path
-    ex_cfg = protocol.load_config(ex_path)
+    ex_cfg = api.load_config(ex_path)
     out = _out(args, cfg)
-    table = protocol.run_all(cfg, out, ex_cfg, **_launch_kw(args))
+    table = api.run_all(cfg, out, ex_cfg, **_launch_kw(args))
     print(table)
-    found = protocol.summary_json(out)
-    p, r = found["parity"], found["resume"]
-    ok = p["passed"] and r["identical"] and r["every_ablation_matters"]
-    e = found["evaluation"]
-    ok = ok and e["entropy_floor"] < e["loss_per_token"] < e["untrained"]["loss_per_token"]
-    if not ok:
+    if not api.protocol_holds(out):
         raise CheckFailed("run-all: at least one check above did not hold")
     return 0
 
@@ -347,13 +347,17 @@ def build_parser() -> Parser:
             p.add_argument("--nnodes", type=int, default=1)
             p.add_argument("--node-rank", type=int, default=0)
             p.add_argument("--rdzv-endpoint", default=None, help="host:port")
+            p.add_argument("--verbose", action="store_true",
+                           help="print each launch's torchrun command (to run it by "
+                           "hand) and torchrun's output on stderr")
         return p
 
     p = add("check-env", cmd_check_env, "which backend and device will run", True)
     p.add_argument("--launch", action="store_true", help="also run one all_reduce")
     add("prepare", cmd_prepare, "write or verify the corpus; print the data lock")
     add("check-loss", cmd_check_loss, "the 12/36 counter-example as JSON")
-    add("reference", cmd_reference, "single-process reference gradient")
+    p = add("reference", cmd_reference, "single-process reference gradient")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     add("parity", cmd_parity, "DDP vs reference gradients -> reports/parity.json", True)
     p = add("train", cmd_train, "stop at K (default), continuous, or resume; a fresh "
             "run replaces the checkpoints of any earlier trajectory in its run dir", True)
@@ -380,7 +384,7 @@ def build_parser() -> Parser:
     p.add_argument("--step", required=True, metavar="SPEC",
                    help="a built-in name, package.module:function or file.py:function")
     p.add_argument("--checks", default=None, metavar="a,b,...",
-                   help="default: all of " + ", ".join(checks.ALL))
+                   help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
     p = add("bugs", cmd_bugs, "every built-in step through every check -> "
             "reports/bugs.json", True)
@@ -388,7 +392,7 @@ def build_parser() -> Parser:
     p = add("recipes", cmd_recipes, "the frameworks' recipes: verdicts on a balanced, "
             "a skewed and an empty window -> reports/recipes.json", True)
     p.add_argument("--checks", default=None, metavar="a,b,...",
-                   help="default: all of " + ", ".join(checks.ALL))
+                   help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
     p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
     p.add_argument("--exercise-config", default="configs/exercise.yaml")

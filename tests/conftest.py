@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import cli, launch, paths, protocol, replay
+import course_lib
+from course_lib import cli
+from course_lib._testing import replay
+from course_lib.core import paths
+from course_lib.run import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
@@ -36,12 +40,12 @@ def launch_for_real(monkeypatch):
 
 @pytest.fixture(scope="session")
 def cfg():
-    return protocol.load_config(ROOT / "configs" / "minimum.yaml")
+    return course_lib.load_config(ROOT / "configs" / "minimum.yaml")
 
 
 @pytest.fixture(scope="session")
 def corpus(cfg):
-    return protocol.corpus(cfg)
+    return course_lib.corpus(cfg)
 
 
 @pytest.fixture(scope="session")
@@ -69,16 +73,24 @@ def with_train(cfg, **changes):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
 
 
-JOB_MARKER = b"course_lib/worker_entry.py"
+# A torchrun agent's command line names the worker: its fork-server entry,
+# or the worker module on the plain path.
+AGENT_MARKERS = (b"course_lib/jobs/worker_entry.py", b"-m course_lib.jobs.worker ")
+WORKER_TITLE = b"course-lib worker rank "  # every worker's title (run/processes.py)
+
+
+def is_job(cmdline: bytes, ours: bytes = sys.executable.encode()) -> bool:
+    """Whether a /proc cmdline (NULs as spaces) is one of the course's torchrun
+    agents run with this checkout's interpreter, or a worker."""
+    return (cmdline.startswith(WORKER_TITLE)
+            or cmdline.startswith(ours) and any(m in cmdline for m in AGENT_MARKERS))
 
 
 def worker_processes(within: Path | None = None) -> list[int]:
-    """PIDs whose command line runs the course's torchrun job with this
-    checkout's interpreter: the agent and its forked workers, which share the
-    agent's command line. Other checkouts' jobs on the same machine are not
-    ours. With ``within``, only those whose run file lies below that folder
-    (so other test sessions of this checkout are not counted either)."""
-    ours = sys.executable.encode()
+    """PIDs of the course's torchrun jobs: the agents (run with this
+    checkout's interpreter) and the workers, by their titles. With
+    ``within``, only those whose run file or run directory lies below that
+    folder (so other test sessions are not counted)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -88,7 +100,7 @@ def worker_processes(within: Path | None = None) -> list[int]:
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if JOB_MARKER in cmd and cmd.startswith(ours) and state != "Z" and (
+        if is_job(cmd) and state != "Z" and (
                 within is None or str(within).encode() in cmd):
             found.append(int(entry))
     return found
@@ -97,9 +109,9 @@ def worker_processes(within: Path | None = None) -> list[int]:
 def all_gone(pids: list[int], within: float = 10.0) -> bool:
     """Whether every one of ``pids`` has exited (zombies count) within ``within`` s."""
     deadline = time.monotonic() + within
-    while any(launch._alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(processes._alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not any(launch._alive(p) for p in pids)
+    return not any(processes._alive(p) for p in pids)
 
 
 def nothing_survives(tmp_path_factory, grace: float):

@@ -1,6 +1,6 @@
 import pytest
 
-from course_lib import arithmetic as A
+from course_lib.core import arithmetic as A
 
 
 def test_counter_example_is_2_versus_2_5():

@@ -5,7 +5,11 @@ import json
 
 import pytest
 
-from course_lib import audits, checks, launch, reports, steps
+from course_lib import checks, steps
+from course_lib.jobs import audit as audits
+from course_lib.jobs.audit import AuditReport, BugsReport
+from course_lib.reports.store import report_path
+from course_lib.run import launch
 from tests.conftest import course_lib_cli
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
@@ -25,15 +29,15 @@ def test_every_bug_is_caught_and_no_correct_design_is_flagged(catalog):
     assert set(report.steps) == set(steps.BUILTIN)
     assert report.every_bug_caught and report.no_false_alarm
     for name, row in report.steps.items():
-        assert set(row.checks) == set(checks.ALL), name
+        assert set(row.checks) == set(checks.NAMES), name
         if row.kind == "correct":
             assert row.caught_by == [], name
         else:
             assert row.caught_by, f"{name} slipped through every check"
-    assert reports.load(out, "bugs") == report
+    assert BugsReport.load(out) == report
 
 
-@pytest.mark.parametrize("check", checks.ALL)
+@pytest.mark.parametrize("check", checks.NAMES)
 def test_each_check_has_power(catalog, check):
     """Each check passes every correct design and fails at least one bug."""
     _, report = catalog
@@ -62,11 +66,11 @@ def test_the_non_obvious_rows(catalog):
 
 def test_audit_reports_hold_the_contract(catalog):
     out, _ = catalog
-    data = json.loads(reports.report_path(out, "audit-global_token").read_text())
+    data = json.loads(report_path(out, "audit-global_token").read_text())
     assert {"step", "world_size", "backend", "device", "dtype", "checks",
             "passed"} <= set(data)
     assert (data["world_size"], data["backend"], data["dtype"]) == (2, "gloo", "float32")
-    assert data["passed"] and list(data["checks"]) == list(checks.ALL)
+    assert data["passed"] and list(data["checks"]) == list(checks.NAMES)
     for result in data["checks"].values():
         assert {"passed", "max_abs_err"} <= set(result)
     traj = data["checks"]["trajectory"]
@@ -152,13 +156,13 @@ def test_a_learners_step_file_is_audited_by_path(step_file, tmp_path):
                           "parity,no_sync", "--out", tmp_path / "run", cwd=step_file.parent)
     assert good.returncode == 0, good.stderr
     assert "Audit of my_step (custom)" in good.stdout
-    report = reports.load(tmp_path / "run", "audit-my_step")
+    report = AuditReport.load(tmp_path / "run", "audit-my_step")
     assert report.passed and list(report.checks) == ["parity", "no_sync"]
     bad = course_lib_cli("audit", "--step", f"{step_file}:local_mean", "--checks", "parity",
                          "--out", tmp_path / "run")
     assert bad.returncode == 1
     assert "local_mean fails parity" in bad.stderr
-    assert not reports.load(tmp_path / "run", "audit-local_mean").passed
+    assert not AuditReport.load(tmp_path / "run", "audit-local_mean").passed
 
 
 def test_bad_audit_input_is_refused_before_any_launch(tmp_path):

@@ -4,14 +4,21 @@ import dataclasses
 
 import pytest
 
-from course_lib import audits, checks, reports, steps, window
+from course_lib import checks, steps
+from course_lib.checks import CheckResult
+from course_lib.checks.world_size import WORLD_SIZES
+from course_lib.jobs import audit as audits
+from course_lib.jobs import world_size
+from course_lib.jobs.audit import AuditReport
+from course_lib.rank import harness
+from course_lib.steps import catalog
 
 STEP_FILE = '''
-from course_lib import steps
+from course_lib.steps import catalog as steps
 
 def my_step(model, microbatches, world_size):
     """A learner's step."""
-    steps.global_token(model, microbatches, world_size)
+    catalog.global_token(model, microbatches, world_size)
 '''
 
 
@@ -30,7 +37,7 @@ def test_builtin_catalog_is_complete_and_described():
 
 
 def test_step_specs_by_module_and_by_path(tmp_path, monkeypatch):
-    assert steps.load("course_lib.steps:post_scale").func is steps.post_scale
+    assert steps.load("course_lib.steps.catalog:post_scale").func is catalog.post_scale
     (tmp_path / "mine.py").write_text(STEP_FILE)
     monkeypatch.chdir(tmp_path)
     info = steps.load("mine.py:my_step")
@@ -43,7 +50,7 @@ def test_step_specs_by_module_and_by_path(tmp_path, monkeypatch):
 @pytest.mark.parametrize("spec, needle", [
     ("nope", "is not a built-in step"),
     ("no/such/file.py:f", "no such file"),
-    ("course_lib.steps:nope", "has no function 'nope'"),
+    ("course_lib.steps.catalog:nope", "has no function 'nope'"),
     ("no_such_module_xyz:f", "cannot import"),
 ])
 def test_bad_step_specs_are_one_line_errors(spec, needle):
@@ -60,7 +67,7 @@ def test_a_step_file_that_fails_to_import_is_bad_input(tmp_path):
 
 
 def test_parse_checks():
-    assert audits.parse_checks(None) == list(checks.ALL)
+    assert audits.parse_checks(None) == list(checks.NAMES)
     assert audits.parse_checks("no_sync, parity,parity") == ["no_sync", "parity"]
     with pytest.raises(audits.AuditInputError, match="unknown check 'speed'"):
         audits.parse_checks("parity,speed")
@@ -76,7 +83,7 @@ def _ids(layout):
 
 
 def test_accumulation_layouts_keep_each_ranks_sequences():
-    layouts = window.accumulation_layouts(LAYOUT)
+    layouts = harness.accumulation_layouts(LAYOUT)
     assert list(layouts) == ["1x8", "2x4", "4x2", "8x1"]
     for name, layout in layouts.items():
         a, b = map(int, name.split("x"))
@@ -87,7 +94,7 @@ def test_accumulation_layouts_keep_each_ranks_sequences():
 
 
 def test_permuted_layouts_move_sequences_between_ranks(corpus):
-    layouts = window.permuted_layouts(LAYOUT, corpus, seed=1)
+    layouts = harness.permuted_layouts(LAYOUT, corpus, seed=1)
     assert layouts["as planned"] == LAYOUT
     for name, layout in layouts.items():
         assert _ids(layout) == _ids(LAYOUT), name
@@ -97,32 +104,32 @@ def test_permuted_layouts_move_sequences_between_ranks(corpus):
 
 
 def test_world_size_layout_is_one_set_whatever_w(cfg, corpus):
-    ids = audits.world_size_sequences(cfg, corpus)
-    assert ids == audits.world_size_sequences(cfg, corpus), "seeded, not drawn anew"
+    ids = world_size.sequences(cfg, corpus)
+    assert ids == world_size.sequences(cfg, corpus), "seeded, not drawn anew"
     lengths = [len(corpus.sequences[i]) for i in ids]
     assert lengths == sorted(lengths)
-    for w in checks.WORLD_SIZES:
-        layout = window.world_size_layout(ids, w, 8)
+    for w in WORLD_SIZES:
+        layout = harness.world_size_layout(ids, w, 8)
         assert len(layout) == w and _ids(layout) == sorted(ids)
         assert all(len(mb) == 8 for rank in layout for mb in rank)
 
 
 def test_float64_tolerance_is_the_exactness_bound(cfg):
-    assert window.tolerance(cfg) == (1e-6, 1e-4)
-    assert window.tolerance(audits.with_dtype(cfg, "float64")) == (1e-12, 0.0)
+    assert harness.tolerance(cfg) == (1e-6, 1e-4)
+    assert harness.tolerance(audits.with_dtype(cfg, "float64")) == (1e-12, 0.0)
 
 
 def test_audit_report_round_trips(tmp_path):
-    check = reports.CheckResult(passed=False, max_abs_err=0.5, atol=1e-6, rtol=1e-4,
+    check = CheckResult(passed=False, max_abs_err=0.5, atol=1e-6, rtol=1e-4,
                                 errors={"update 1": 0.5}, note="x")
-    report = reports.AuditReport(
+    report = AuditReport(
         step="s", kind="bug", description="d", world_size=2, backend="gloo",
         device="cpu", dtype="float32", compared_values=3,
         checks={"parity": check, "no_sync": dataclasses.replace(
             check, passed=True, max_abs_err=None, agree_after_micro=[False, True])},
         passed=False)
-    reports.save(tmp_path, "audit-s", report)
-    assert reports.load(tmp_path, "audit-s") == report
+    report.save(tmp_path, "audit-s")
+    assert AuditReport.load(tmp_path, "audit-s") == report
     with pytest.raises(ValueError, match="lacks field 'passed'"):
-        reports.from_dict("audit-s", {k: v for k, v in dataclasses.asdict(report).items()
-                                      if k != "passed"})
+        AuditReport.from_dict({k: v for k, v in dataclasses.asdict(report).items()
+                               if k != "passed"})

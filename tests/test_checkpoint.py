@@ -4,9 +4,9 @@ import json
 import pytest
 import torch
 
-from course_lib import checkpoint as ck
-from course_lib import data
-from course_lib.model import build_model
+from course_lib.core import checkpoint as ck
+from course_lib.core import data
+from course_lib.core.model import build_model
 
 
 @pytest.fixture()

@@ -49,7 +49,7 @@ def test_the_command_itself_refuses_in_one_line():
 
 
 def test_nccl_on_a_cpu_machine_is_refused_in_one_line():
-    from course_lib import launch
+    from course_lib.run import launch
 
     if launch.gpu_count() >= 2:
         pytest.skip("this host has GPUs")

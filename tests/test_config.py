@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from course_lib.config import ConfigError, from_dict, load
+from course_lib.core.config import ConfigError, from_dict, load
 
 
 def _raw(root):

@@ -9,8 +9,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from course_lib import data
-from course_lib.config import Config, ConfigError, from_dict, load
+from course_lib.core import data
+from course_lib.core.config import Config, ConfigError, from_dict, load
 from tests.conftest import ROOT, course_lib_cli
 
 BASE = yaml.safe_load((ROOT / "configs" / "minimum.yaml").read_text())

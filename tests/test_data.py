@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from course_lib import data
+from course_lib.core import data
 from tests.conftest import ROOT, course_lib_cli
 
 

@@ -13,7 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course_lib import checkpoint, cli, data, launch, paths, protocol, reports, runlock
+import course_lib
+from course_lib import cli
+from course_lib.core import checkpoint, data, paths
+from course_lib.jobs.parity import ParityReport
+from course_lib.reports import logs
+from course_lib.run import launch, processes, runlock
 from tests.conftest import ROOT, all_gone, course_lib_cli, nothing_survives
 
 pytestmark = pytest.mark.torchrun
@@ -60,7 +65,7 @@ def _wait_for_step(proc, run_dir, step, limit=120):
 
 
 def _workers_of(proc) -> dict[int, psutil.Process]:
-    return launch.workers(proc.pid)
+    return processes.workers(proc.pid)
 
 
 # --- what workers print never breaks the launcher ---------------------------------
@@ -73,7 +78,7 @@ def test_worker_noise_leaves_the_result_intact(tmp_path, cfg):
         def update(self, job, done, total, label=""):
             seen.append((job, done, total))
 
-    run_dir = protocol.train(cfg, tmp_path, stop_at=3, timeout=300, progress=Sink(),
+    run_dir = course_lib.train(cfg, tmp_path, stop_at=3, timeout=300, progress=Sink(),
                              fault={"kind": "noise", "step": 2})
     assert checkpoint.verify(checkpoint.step_dir(run_dir, 3))["step"] == 3
     assert [s for s in seen if s[0] == "train stop"][-1] == ("train stop", 3, 3)
@@ -89,14 +94,14 @@ def test_reseeded_config_runs_parity_without_prepare(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text((ROOT / "configs" / "minimum.yaml").read_text()
                     .replace("seed: 1234", "seed: 4321"))
-    cfg = protocol.load_config(mine)
+    cfg = course_lib.load_config(mine)
     for p in data.corpus_paths(cfg, paths.generated_data_dir()):
         p.unlink(missing_ok=True)
     done = course_lib_cli("parity", "--config", mine, "--world-size", 3,
                           "--out", tmp_path / "w3")
     assert done.returncode == 0, done.stderr
-    assert reports.load(tmp_path / "w3", "parity").world_size == 3
-    p4 = protocol.parity(cfg, tmp_path / "w4", world_size=4, timeout=300)
+    assert ParityReport.load(tmp_path / "w3").world_size == 3
+    p4 = course_lib.parity(cfg, tmp_path / "w4", world_size=4, timeout=300)
     assert p4.passed and len(p4.local_tokens) == 4
     assert all(p.is_file() for p in data.corpus_paths(cfg, paths.generated_data_dir()))
     assert not any(p.exists() for p in data.corpus_paths(cfg, paths.data_dir()))
@@ -108,12 +113,39 @@ def test_reseeded_config_runs_parity_without_prepare(tmp_path):
 def test_a_set_up_failure_is_the_first_line_of_the_error(tmp_path, cfg):
     # timedelta cannot hold this: the workers' set-up fails before any context.
     with pytest.raises(launch.LaunchError) as err:
-        protocol.parity(cfg, tmp_path, timeout=300, collective_timeout=10**15)
+        course_lib.parity(cfg, tmp_path, timeout=300, collective_timeout=10**15)
     # Whichever rank fails first is named (torchrun may stop the other one
     # before it writes its own record).
     first = str(err.value).splitlines()[0]
     assert re.match(r"ranks? [01](, 1)? failed in setup: OverflowError", first), first
     assert err.value.job == "setup"
+
+
+# --- every worker says who it is, on both launch paths --------------------------------
+
+
+@pytest.mark.parametrize("forkserver", ["1", "0"], ids=["forkserver", "plain"])
+def test_pgrep_finds_each_rank_by_its_title(tmp_path, popen, forkserver):
+    proc = _cli(popen, "train", "--stop-at", 50, "--out", tmp_path, "--timeout", 60,
+                env={"COURSE_FAULT": json.dumps({"delay": 0.1}),
+                     "COURSE_FORKSERVER": forkserver})
+    _wait_for_step(proc, tmp_path, 2)
+    job = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    for rank in (0, 1):
+        found = subprocess.run(["pgrep", "-f", f"rank {rank}/2 train {tmp_path}"],
+                               capture_output=True, text=True).stdout.split()
+        assert len(found) == 1 and int(found[0]) in job, (rank, found)
+        assert _workers_of(proc)[rank].pid == int(found[0])
+    torchrun = (tmp_path / "logs" / "launches.jsonl")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert all_gone(list(job))
+    record = json.loads(torchrun.read_text().splitlines()[-1])
+    assert record["path"] == ("forkserver" if forkserver == "1" else "plain")
+    shown = (tmp_path / "logs" / "torchrun.log").read_text().splitlines()[0]
+    assert shown.startswith("$ torchrun --nnodes=1 --nproc-per-node=2 ")
+    assert " -m course_lib.jobs.worker --run-file " in shown
 
 
 # --- a stopped rank, a killed CLI ------------------------------------------------------
@@ -139,7 +171,7 @@ def test_a_stopped_rank_is_named_and_nothing_survives(tmp_path, popen):
 def test_killing_the_cli_takes_torchrun_and_workers_with_it(tmp_path, popen):
     proc = _cli(popen, "train", "--continuous", "--out", tmp_path,
                 env={"COURSE_FAULT": json.dumps({"delay": 0.2})})
-    _wait_for_step(proc, protocol.continuous_dir(tmp_path), 1)
+    _wait_for_step(proc, course_lib.continuous_dir(tmp_path), 1)
     tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     assert len(tree) >= 4, "the agent server, torchrun's agent and two workers"
     proc.kill()
@@ -165,7 +197,7 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path, popen):
     assert first.returncode == 0, stderr
     assert json.loads(out)["restarts"] == []
     assert checkpoint.latest_valid(tmp_path) == checkpoint.step_dir(tmp_path, 12)
-    steps = [r["step"] for r in reports.load_logs(tmp_path)[0] if r["event"] == "step"]
+    steps = [r["step"] for r in logs.records(tmp_path)[0] if r["event"] == "step"]
     assert steps == list(range(1, 13))
 
 
@@ -174,9 +206,9 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path, popen):
 
 def test_disk_full_is_a_clear_error_and_no_partial_checkpoint_counts(
         tmp_path, small_ckpt_config, capsys):
-    cfg = protocol.load_config(small_ckpt_config)
+    cfg = course_lib.load_config(small_ckpt_config)
     with pytest.raises(launch.LaunchError) as err:
-        protocol.train(cfg, tmp_path, stop_at=8, timeout=300,
+        course_lib.train(cfg, tmp_path, stop_at=8, timeout=300,
                        fault={"kind": "enospc", "rank": 0, "step": 6})
     first = str(err.value).splitlines()[0]
     assert first.startswith("rank 0 failed in train at step 8: OSError: [Errno 28] "

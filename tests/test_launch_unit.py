@@ -9,7 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course_lib import agent_client, launch
+from course_lib.run import launch, processes
+from course_lib.run.forkserver import client as agent_client
+from course_lib.run.runfile import LaunchRecord
 from tests.conftest import all_gone
 
 
@@ -21,11 +23,8 @@ def test_auto_backend_on_cpu_is_gloo():
     assert "not the NCCL reference path" in p.describe()
 
 
-def test_nccl_without_gpus_is_refused():
-    if launch.gpu_count() >= 2:
-        pytest.skip("this host can run NCCL")
-    with pytest.raises(launch.BackendError, match="nccl"):
-        launch.resolve("nccl", 2)
+def test_an_unknown_backend_is_refused():
+    # NCCL without GPUs: test_cli's one-line refusal.
     with pytest.raises(launch.BackendError, match="expected auto, gloo or nccl"):
         launch.resolve("mpi", 2)
 
@@ -60,14 +59,14 @@ def test_kill_tree_reaches_children_in_other_sessions():
               "time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     deadline = time.monotonic() + 10
-    while not launch.descendants(proc.pid) and time.monotonic() < deadline:
+    while not processes.descendants(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    kids = launch.descendants(proc.pid)
+    kids = processes.descendants(proc.pid)
     assert kids, "the grandchild never started"
-    launch.kill_tree(proc, grace=2.0)
+    processes.kill_tree(proc, grace=2.0)
     assert proc.returncode is not None
     time.sleep(0.2)
-    assert not any(launch._alive(k) for k in kids)
+    assert not any(processes._alive(k) for k in kids)
 
 
 def test_max_restarts_pass_through_with_a_fresh_rendezvous_per_round():
@@ -84,18 +83,18 @@ def test_kill_tree_ends_a_stopped_process_group_without_waiting_for_sigkill():
                             start_new_session=True)
     time.sleep(0.3)
     os.kill(proc.pid, signal.SIGSTOP)
-    launch.kill_tree(proc, grace=30.0)
+    processes.kill_tree(proc, grace=30.0)
     assert proc.returncode == -signal.SIGTERM, "SIGCONT let SIGTERM act, no SIGKILL"
 
 
 def test_launch_phases_split_a_launch_from_its_records(tmp_path):
     import json as _json
 
-    from course_lib import jobs, timing
+    from course_lib._testing import timing
 
-    jobs.LaunchRecord(started=100.0, seconds=10.0, world_size=2, jobs=["parity"],
+    LaunchRecord(started=100.0, seconds=10.0, world_size=2, jobs=["parity"],
                       returncode=0).append_to(tmp_path)
-    jobs.LaunchRecord(started=200.0, seconds=5.0, world_size=2, jobs=["smoke"],
+    LaunchRecord(started=200.0, seconds=5.0, world_size=2, jobs=["smoke"],
                       returncode=-1).append_to(tmp_path)  # failed: no phases
     logs = tmp_path / "logs"
     events = [{"event": "ready", "time": 103.0, "process_started": 101.5},
@@ -107,14 +106,14 @@ def test_launch_phases_split_a_launch_from_its_records(tmp_path):
     [p] = timing.launch_phases(tmp_path)
     assert (p.jobs, p.total) == (["parity"], 10.0)
     assert (p.agent, p.startup, p.work, p.teardown) == (1.5, 1.5, 4.5, 2.0)
-    assert len(jobs.LaunchRecord.read_all(tmp_path)) == 2
+    assert len(LaunchRecord.read_all(tmp_path)) == 2
 
 
 # --- the agent server (agent.py, agent_client.py) ------------------------------------
 
 SLEEPER = """\
 import time
-from course_lib.prctl import die_with_parent
+from course_lib.run.forkserver.prctl import die_with_parent
 die_with_parent()
 print("worker up", flush=True)
 time.sleep(60)
@@ -155,7 +154,7 @@ def test_agents_fork_from_one_server_each_in_a_session_of_its_own(tmp_path):
         first, second = (psutil.Process(a.pid) for a in agents)
         server = first.parent()
         assert second.parent().pid == server.pid
-        assert server.cmdline()[:3] == [sys.executable, "-m", "course_lib.agent"]
+        assert server.cmdline()[:3] == [sys.executable, "-m", agent_client.SERVER_MODULE]
         shown = Path(f"/proc/{first.pid}/cmdline").read_bytes().rstrip(b"\0").decode()
         assert shown.startswith(f"{sys.executable} -m torch.distributed.run ")
         assert os.getsid(first.pid) == first.pid != os.getsid(0)
@@ -164,7 +163,7 @@ def test_agents_fork_from_one_server_each_in_a_session_of_its_own(tmp_path):
         assert len(workers) == 2
     finally:
         for agent in agents:
-            launch.kill_tree(agent, grace=2.0)
+            processes.kill_tree(agent, grace=2.0)
     assert all(a.returncode is not None and a.returncode != 0 for a in agents)
     assert all_gone([first.pid, second.pid, *workers])
     assert server.is_running(), "the server outlives its agents"
@@ -183,4 +182,4 @@ def test_a_killed_server_takes_its_agent_and_the_next_launch_starts_another(tmp_
         _wait_for_worker(again)
         assert psutil.Process(again.pid).parent().pid != server.pid
     finally:
-        launch.kill_tree(again, grace=2.0)
+        processes.kill_tree(again, grace=2.0)

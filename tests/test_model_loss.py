@@ -1,7 +1,7 @@
 import torch
 
-from course_lib import data
-from course_lib.model import build_model, count_tokens, loss_sum, n_parameters
+from course_lib.core import data
+from course_lib.core.model import build_model, count_tokens, loss_sum, n_parameters
 
 
 def test_model_size_and_determinism(cfg):

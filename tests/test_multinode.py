@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
-from course_lib import launch, reports
+from course_lib.jobs.parity import ParityReport
+from course_lib.reports.store import report_path
+from course_lib.run import launch
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
@@ -21,11 +23,11 @@ def test_two_agents_with_separate_outs_both_succeed(tmp_path):
     for agent, (_, stderr) in zip(agents, results):
         assert agent.returncode == 0, stderr
     holders = [n for n in (0, 1)
-               if reports.report_path(tmp_path / f"node{n}", "parity").is_file()]
+               if report_path(tmp_path / f"node{n}", "parity").is_file()]
     assert len(holders) == 1, "exactly one node holds global rank 0's report"
     (holder,) = holders
     other = 1 - holder
-    assert reports.load(tmp_path / f"node{holder}", "parity").passed
+    assert ParityReport.load(tmp_path / f"node{holder}").passed
     assert "PASS" in results[holder][0]
     said = results[other][0]
     assert "the job succeeded" in said

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from course_lib import data, normalize
-from course_lib.model import build_model, loss_sum
-from course_lib.reference import compare, flat_grad, reference_gradient
+from course_lib.core import data, normalize
+from course_lib.core.model import build_model, loss_sum
+from course_lib.core.reference import compare, flat_grad, reference_gradient
 
 
 def test_global_token_loss_refuses_empty_windows():
@@ -48,9 +48,9 @@ def test_simulated_ranks_match_the_reference_only_with_the_global_rule(cfg, corp
                 normalize.accumulate_window(model, mbs, mode, 2)
             grads.append(flat_grad(model))
         results[mode] = compare(sum(grads) / 2, ref, 1e-6, 1e-4)
-    assert results["global_token"]["allclose"]
-    assert not results["mean_of_means"]["allclose"]
-    assert results["mean_of_means"]["max_abs_err"] > 1e-3
+    assert results["global_token"].allclose
+    assert not results["mean_of_means"].allclose
+    assert results["mean_of_means"].max_abs_err > 1e-3
 
 
 def test_dividing_again_by_accumulation_halves_the_gradient(cfg, corpus):
@@ -76,7 +76,7 @@ def test_compare_counts_violations_with_allclose_semantics():
     # The bound at each component: 1e-6, 1.01e-4, 1.0001e-2.
     inside = torch.tensor([0.9e-6, 1.0e-4, 0.9e-2], dtype=torch.float64)
     ok = compare(ref + inside, ref, 1e-6, 1e-4)
-    assert ok["allclose"] and ok["violations"] == 0
+    assert ok.allclose and ok.violations == 0
     outside = torch.tensor([2e-6, 0.0, float("nan")], dtype=torch.float64)
     bad = compare(ref + outside, ref, 1e-6, 1e-4)
-    assert not bad["allclose"] and bad["violations"] == 2
+    assert not bad.allclose and bad.violations == 2

@@ -3,7 +3,10 @@ import json
 
 import pytest
 
-from course_lib import progress, reports
+from course_lib.jobs.parity import ParityReport
+from course_lib.jobs.resume import ResumeReport
+from course_lib.reports import store as reports
+from course_lib.run import progress
 
 
 def test_text_progress_prints_a_start_and_an_end_line_per_task():
@@ -44,13 +47,13 @@ def test_reports_round_trip_as_typed_objects(tmp_path):
                                         "violations": 3}}}
     path = reports.write(tmp_path, "parity", data)
     assert "NaN" not in path.read_text(), "strict JSON: NaN becomes null"
-    p = reports.load(tmp_path, "parity")
+    p = ParityReport.load(tmp_path)
     assert p.correct.allclose and p.control_mode.max_abs_err is None
     assert p.nccl_reference_path is False and p.grad_sample["reference"] == [0.5]
     assert p.extra == {"future_field": 1}, "unknown keys are kept, not lost"
     del data["modes"]
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="lacks field 'modes'"):
-        reports.load(tmp_path, "parity")
+        ParityReport.load(tmp_path)
     with pytest.raises(FileNotFoundError, match="no resume report"):
-        reports.load(tmp_path, "resume")
+        ResumeReport.load(tmp_path)

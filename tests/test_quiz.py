@@ -1,12 +1,14 @@
 """Graded questions: right answers pass, wrong ones get a hint, nothing leaks."""
 
-import json
 import math
 import re
 
 import pytest
 
-from course_lib import paths, quiz, widgets
+from course_lib.core import paths
+from course_lib.core.reference import Comparison
+from course_lib.course import quiz, widgets
+from course_lib.jobs.parity import ParityReport
 
 STATIC = {k: q for k, q in quiz.QUESTIONS.items() if not callable(q.answer)}
 
@@ -20,8 +22,8 @@ def _wrong(q):
     if q.kind == "number":
         return q.expected() * 1.5 + 1.0
     if q.kind == "choice":
-        return next(o for o in q.options if o.lower() != q.expected().lower())
-    return [q.options[0]] if set(q.expected()) != {q.options[0]} else [q.options[1]]
+        return next(o for o in q.choices() if o.lower() != q.expected().lower())
+    return [q.choices()[0]] if set(q.expected()) != {q.choices()[0]} else [q.choices()[1]]
 
 
 def _leaks(message, q):
@@ -51,13 +53,21 @@ def test_a_wrong_answer_gets_a_hint_and_never_the_answer(qid):
     assert not _leaks(str(verdict), q), str(verdict)
 
 
+# Chapters from 01 on, by slug: 05_ddp_parity -> ddp_parity.
+SLUGS = [p.stem.split("_", 1)[1] for p in sorted((paths.project_root() / "notebooks")
+                                                 .glob("[0-9][0-9]_*.ipynb"))][1:]
+
+
 def test_every_chapter_has_three_to_five_exercises():
-    for chapter in ("mean_of_means", "token_explorer", "data_and_plan",
-                    "global_denominator", "ddp_parity", "bug_lab",
-                    "checkpoint_resume", "evaluation", "exercise", "recipes",
-                    "adapting"):
+    assert len(SLUGS) >= 11
+    for chapter in SLUGS:
         exercises = [k for k in quiz.questions(chapter) if "predict" not in k]
         assert 3 <= len(exercises) <= 5, chapter
+
+
+def test_question_ids_start_with_their_chapter_slug():
+    strays = sorted(k for k in quiz.QUESTIONS if k.split(".")[0] not in SLUGS)
+    assert not strays, f"questions of no chapter: {strays}"
 
 
 @pytest.mark.parametrize("given", [None, "abc", float("nan"), True, [1]])
@@ -76,10 +86,14 @@ def test_answers_read_from_a_run(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "default_out", lambda name: tmp_path / name)
     missing = quiz.check("ddp_parity.1", 0.0064)
     assert not missing.correct and "run the chapter's job first" in str(missing)
-    reports = tmp_path / "course" / "reports"
-    reports.mkdir(parents=True)
-    (reports / "parity.json").write_text(json.dumps(
-        {"modes": {"mean_of_means": {"max_abs_err": 0.00643}}}))
+    ok, bad = Comparison(1e-8, True, 0), Comparison(0.00643, False, 110_284)
+    ParityReport(
+        world_size=2, backend="gloo", device="cpu", dtype="float32",
+        nccl_reference_path=False, torch="2.x", compared_values=112_480, atol=1e-6,
+        rtol=1e-4, step=0, local_tokens=[1, 2], global_tokens=3,
+        window_loss_per_token=1.0, modes={"global_token": ok, "mean_of_means": bad},
+        no_sync={}, grad_sample={}, passed=True, control="x",
+    ).save(tmp_path / "course")
     assert quiz.check("ddp_parity.1", 0.0064).correct
     assert not quiz.check("ddp_parity.1", 0.001).correct
 

@@ -6,8 +6,14 @@ import json
 import pytest
 import torch
 
-from course_lib import audits, lr_scale, quiz, recipe_audit, recipes, reports, steps
-from course_lib.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO_STEP
+from course_lib import steps
+from course_lib.course import lr_scale, quiz
+from course_lib.jobs import audit as audits
+from course_lib.jobs import recipes as recipe_audit
+from course_lib.jobs.recipes import RecipesReport
+from course_lib.reports.store import report_path
+from course_lib.steps import recipes
+from course_lib.steps.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO_STEP
 from tests.conftest import course_lib_cli
 
 # The survey's facts, written out independently of the registry.
@@ -132,12 +138,12 @@ def test_predictions_on_the_parity_window_without_a_launch(cfg, corpus):
 
 
 def test_exercises_grade_without_giving_the_answer_away():
-    assert str(quiz.check("recipes.1", 511 / 512)) == "correct"
-    assert str(quiz.check("recipes.2", 0.4)) == "correct"
-    assert str(quiz.check("recipes.3", "megatron_pre_clamp")) == "correct"
-    assert str(quiz.check("recipes.5", "world_size_invariance")) == "correct"
-    for qid, wrong in [("recipes.1", 1.0), ("recipes.2", 0.05), ("recipes.3", "fairseq"),
-                       ("recipes.4", 0.5), ("recipes.5", "trajectory")]:
+    assert str(quiz.check("production_recipes.1", 511 / 512)) == "correct"
+    assert str(quiz.check("production_recipes.2", 0.4)) == "correct"
+    assert str(quiz.check("production_recipes.3", "megatron_pre_clamp")) == "correct"
+    assert str(quiz.check("production_recipes.5", "world_size_invariance")) == "correct"
+    for n, wrong in [(1, 1.0), (2, 0.05), (3, "fairseq"), (4, 0.5), (5, "trajectory")]:
+        qid = f"production_recipes.{n}"
         verdict = quiz.check(qid, wrong)
         assert not verdict.correct and str(verdict).startswith("not yet: "), qid
         answer = quiz.QUESTIONS[qid].expected()
@@ -149,12 +155,13 @@ def test_exercises_grade_without_giving_the_answer_away():
 
 
 def test_the_prediction_is_the_set_of_exact_recipes():
-    q = quiz.QUESTIONS["recipes.predict"]
-    assert "course_rule" not in q.options
+    q = quiz.QUESTIONS["production_recipes.predict"]
+    assert "course_rule" not in q.choices()
     assert set(q.expected()) == EXACT_RECIPES - {"course_rule"}
-    assert quiz.check("recipes.predict", sorted(EXACT_RECIPES - {"course_rule"})).correct
+    assert quiz.check("production_recipes.predict",
+                      sorted(EXACT_RECIPES - {"course_rule"})).correct
     picked = sorted(EXACT_RECIPES - {"course_rule"} | {"torchtitan_ddp"})
-    assert not quiz.check("recipes.predict", picked).correct
+    assert not quiz.check("production_recipes.predict", picked).correct
 
 
 def test_a_uniform_scale_moves_sgd_and_barely_adam(cfg, corpus):
@@ -191,22 +198,22 @@ def invariances(tmp_path_factory, cfg):
 def test_the_command_exits_0_and_writes_the_report(run):
     out, proc = run
     assert proc.returncode == 0, proc.stderr
-    report = reports.load(out, "recipes")
+    report = RecipesReport.load(out)
     assert report.every_prediction_holds
     assert list(report.recipes) == list(RECIPES)
     assert report.checks == ["parity"]
     for name in RECIPES:
         assert name in proc.stdout
-    data = json.loads(reports.report_path(out, "recipes").read_text())
+    data = json.loads(report_path(out, "recipes").read_text())
     for row in data["recipes"].values():
         assert {"framework", "versions", "citation", "checks", "verdict",
                 "relative_error", "empty_window"} <= set(row)
-    assert reports.load(out, "recipes") == reports.from_dict("recipes", data)
+    assert RecipesReport.load(out) == RecipesReport.from_dict(data)
 
 
 @pytest.mark.torchrun
 def test_exact_recipes_pass_parity_and_the_others_fail_on_skewed_counts(run, invariances):
-    report = reports.load(run[0], "recipes")
+    report = RecipesReport.load(run[0])
     assert set(invariances) == set(report.recipes)
     for name, row in report.recipes.items():
         assert row.checks["parity"] == (name in EXACT_RECIPES), name
@@ -226,7 +233,7 @@ def test_exact_recipes_pass_parity_and_the_others_fail_on_skewed_counts(run, inv
 
 @pytest.mark.torchrun
 def test_uniform_scales_match_their_predicted_factor(run):
-    report = reports.load(run[0], "recipes")
+    report = RecipesReport.load(run[0])
     for regime, info in report.regimes.items():
         n, r = info.global_tokens, info.first_label_rows
         expected = {"torchtitan_ddp": 1 / report.world_size,
@@ -242,7 +249,7 @@ def test_uniform_scales_match_their_predicted_factor(run):
 
 @pytest.mark.torchrun
 def test_each_verdict_and_empty_window_is_as_predicted(run):
-    report = reports.load(run[0], "recipes")
+    report = RecipesReport.load(run[0])
     for name, row in report.recipes.items():
         assert row.matches, name
         for regime, result in row.regimes.items():

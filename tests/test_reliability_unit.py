@@ -14,8 +14,11 @@ import time
 import pytest
 import torch
 
-from course_lib import checkpoint, cli, data, elastic, faults, launch, progress, runlock
-from course_lib.model import build_model
+from course_lib import cli
+from course_lib._testing import faults
+from course_lib.core import checkpoint, data, files
+from course_lib.core.model import build_model
+from course_lib.run import elastic, launch, progress, runlock
 
 # --- progress channel ------------------------------------------------------------
 
@@ -78,7 +81,7 @@ def test_a_second_holder_is_refused_with_the_first_ones_pid(tmp_path):
 
 
 def test_a_sigkilled_holder_leaves_no_stale_lock(tmp_path):
-    code = ("import sys, time; from course_lib import runlock\n"
+    code = ("import sys, time; from course_lib.run import runlock\n"
             "with runlock.hold(sys.argv[1]):\n"
             "    print('held', flush=True); time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
@@ -108,7 +111,7 @@ def _save(run_dir, step, cfg, corpus):
 def test_disk_full_mid_checkpoint_leaves_nothing_that_looks_valid(tmp_path, cfg, corpus,
                                                                   monkeypatch):
     good = _save(tmp_path, 5, cfg, corpus)
-    monkeypatch.setattr(checkpoint, "_write_durably", checkpoint._write_durably)
+    monkeypatch.setattr(files, "write_durably", files.write_durably)
     faults._disk_full_writes()
     with pytest.raises(OSError) as err:
         _save(tmp_path, 10, cfg, corpus)
@@ -161,7 +164,7 @@ def test_unwritable_out_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_notebooks_print_rounding_level_errors_as_a_bound():
-    from course_lib.portable import err_bound
+    from course_lib.reports.numbers import err_bound
 
     assert err_bound(7.450580596923828e-09) == err_bound(3.725290298461914e-09) == "< 1e-7"
     assert err_bound(0.0) == "< 1e-7"

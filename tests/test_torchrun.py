@@ -12,9 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import checkpoint, jobs, launch, paths, protocol, replay, reports
-from course_lib.normalize import MODES
-from tests.conftest import JOB_MARKER, ROOT, course_lib_cli, with_train
+import course_lib
+from course_lib._testing import replay
+from course_lib.core import checkpoint, paths
+from course_lib.core.normalize import MODES
+from course_lib.course.api import EvaluationReport
+from course_lib.jobs.bench import BenchJob, BenchReport
+from course_lib.jobs.exercise import ExerciseReport
+from course_lib.jobs.parity import ParityReport
+from course_lib.jobs.resume import ResumeReport
+from course_lib.jobs.smoke import SmokeJob
+from course_lib.reports import logs
+from course_lib.run import launch, processes
+from course_lib.run.runfile import LaunchRecord
+from tests.conftest import ROOT, course_lib_cli, is_job, with_train
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
@@ -24,8 +35,8 @@ def protocol_run(tmp_path_factory, cfg):
     """The whole protocol once, shared by the tests below; under `make test`
     its launches replay the chapters' (course_lib/replay.py)."""
     out = tmp_path_factory.mktemp("protocol")
-    ex = protocol.load_config(ROOT / "configs" / "exercise.yaml")
-    table = protocol.run_all(cfg, out, ex, timeout=600)
+    ex = course_lib.load_config(ROOT / "configs" / "exercise.yaml")
+    table = course_lib.run_all(cfg, out, ex, timeout=600)
     return out, table
 
 
@@ -34,7 +45,7 @@ def protocol_run(tmp_path_factory, cfg):
 
 def test_parity_correct_mode_passes_and_mean_of_means_fails(protocol_run, cfg):
     out, _ = protocol_run
-    p = reports.load(out, "parity")
+    p = ParityReport.load(out)
     assert (p.world_size, p.backend, p.device, p.dtype) == (2, "gloo", "cpu", "float32")
     assert p.compared_values == 112_480
     assert (p.atol, p.rtol) == (1e-6, 1e-4)
@@ -49,14 +60,14 @@ def test_parity_correct_mode_passes_and_mean_of_means_fails(protocol_run, cfg):
 
 def test_no_sync_holds_grads_apart_until_the_last_microbatch(protocol_run):
     out, _ = protocol_run
-    p = reports.load(out, "parity")
+    p = ParityReport.load(out)
     for mode in ("global_token", "mean_of_means"):
-        assert p.no_sync[mode]["ranks_agree_after_micro"] == [False, True]
+        assert p.no_sync[mode].ranks_agree_after_micro == [False, True]
 
 
 @pytest.mark.parametrize("world", [1, 3, 4])
 def test_parity_other_world_sizes(tmp_path, cfg, world):
-    p = protocol.parity(cfg, tmp_path, world_size=world, timeout=300)
+    p = course_lib.parity(cfg, tmp_path, world_size=world, timeout=300)
     assert p.world_size == world and len(p.local_tokens) == world
     assert p.correct.allclose and p.correct.max_abs_err <= 1e-6
     if world == 1:
@@ -70,17 +81,17 @@ def test_parity_other_world_sizes(tmp_path, cfg, world):
 def test_bench_job_times_each_share_between_the_windows(tmp_path, cfg):
     """window_efficiency.py's job: every round, a DDP window per mode, then
     each rank's share alone on rank 0 while rank 1 waits; the rounds pair up."""
-    bench = jobs.BenchJob(windows=2, warmup=1, repeats=3, alone=True)
+    bench = BenchJob(windows=2, warmup=1, repeats=3, alone=True)
     launch.launch(cfg, tmp_path, [bench], data_dir=paths.data_dir(), timeout=120)
-    r = reports.load(tmp_path, "benchmark")
-    assert r["windows_timed_per_mode"] == 3 and set(r["median_seconds"]) == set(MODES)
-    assert len(r["global_token_seconds"]) == 3
-    assert [len(shares) for shares in r["alone_seconds"]] == [3, 3]
-    assert all(t > 0 for shares in r["alone_seconds"] for t in shares)
+    r = BenchReport.load(tmp_path)
+    assert r.windows_timed_per_mode == 3 and set(r.median_seconds) == set(MODES)
+    assert len(r.global_token_seconds) == 3
+    assert [len(shares) for shares in r.alone_seconds] == [3, 3]
+    assert all(t > 0 for shares in r.alone_seconds for t in shares)
 
 
 def test_locally_empty_rank_still_matches_the_reference(tmp_path, cfg):
-    p = protocol.parity(with_train(cfg, empty_ranks=(1,)), tmp_path, timeout=300)
+    p = course_lib.parity(with_train(cfg, empty_ranks=(1,)), tmp_path, timeout=300)
     assert p.local_tokens[1] == 0 and p.global_tokens == p.local_tokens[0] > 0
     assert p.correct.allclose and p.correct.max_abs_err <= 1e-6
     # The naive mode divides 0 by 0 on rank 1: it cannot even produce numbers.
@@ -90,15 +101,15 @@ def test_locally_empty_rank_still_matches_the_reference(tmp_path, cfg):
 def test_globally_empty_window_stops_every_rank_with_the_same_error(tmp_path, cfg):
     started = time.monotonic()
     with pytest.raises(launch.LaunchError) as err:
-        protocol.train(with_train(cfg, empty_ranks=(0, 1)), tmp_path, stop_at=5,
+        course_lib.train(with_train(cfg, empty_ranks=(0, 1)), tmp_path, stop_at=5,
                        timeout=120)
     assert time.monotonic() - started < 60, "must fail fast, not by timeout"
     first = str(err.value).splitlines()[0]
     assert first.startswith("ranks 0, 1 failed in train at step 1")
     assert "no supervised token in the global window" in first
-    logs = reports.load_logs(tmp_path)
+    found = logs.records(tmp_path)
     messages = {r: [x["message"] for x in recs if x["event"] == "error"]
-                for r, recs in logs.items()}
+                for r, recs in found.items()}
     assert messages[0] == messages[1] and len(messages[0]) == 1
 
 
@@ -107,7 +118,7 @@ def test_globally_empty_window_stops_every_rank_with_the_same_error(tmp_path, cf
 
 def test_resume_is_bitwise_identical(protocol_run, cfg):
     out, table = protocol_run
-    r = reports.load(out, "resume")
+    r = ResumeReport.load(out)
     assert r.step == 100 and r.identical and r.max_abs_param_diff == 0.0
     assert r.compared_values == 112_480
     assert "resume at step 100" in table and "IDENTICAL" in table
@@ -115,54 +126,54 @@ def test_resume_is_bitwise_identical(protocol_run, cfg):
 
 def test_every_ablation_changes_the_trajectory(protocol_run):
     out, _ = protocol_run
-    r = reports.load(out, "resume")
+    r = ResumeReport.load(out)
     assert set(r.ablations) == {"weights_only", "no_optimizer_state",
                                 "sampler_from_seed", "no_rng_state"}
     for name, a in r.ablations.items():
-        assert a["matters"] and a["max_abs_param_diff"] > 1e-4, name
+        assert a.matters and a.max_abs_param_diff > 1e-4, name
     seed = r.ablations["sampler_from_seed"]
-    assert seed["first_window_after_resume"] == 1
-    assert seed["window_expected_after_resume"] == 51
+    assert seed.first_window_after_resume == 1
+    assert seed.window_expected_after_resume == 51
 
 
 def test_train_logs_describe_one_trajectory(protocol_run, cfg):
     out, _ = protocol_run
-    logs = reports.load_logs(out)
-    assert set(logs) == {0, 1}
-    for records in logs.values():
+    found = logs.records(out)
+    assert set(found) == {0, 1}
+    for records in found.values():
         steps = [x["step"] for x in records if x["event"] == "step"]
         assert steps == list(range(1, 101))
         for x in records:
             if x["event"] == "step":
                 assert {"local_tokens", "global_tokens", "local_loss_sum"} <= set(x)
-    curve = reports.loss_curve(out)
-    continuous = reports.loss_curve(protocol.continuous_dir(out))
+    curve = logs.loss_curve(out)
+    continuous = logs.loss_curve(course_lib.continuous_dir(out))
     assert curve == continuous, "the resumed loss curve is the continuous one"
 
 
 def test_evaluation_sits_between_floor_and_untrained(protocol_run):
     out, _ = protocol_run
-    e = reports.load(out, "evaluation")
+    e = EvaluationReport.load(out)
     assert e.test_sequences == 256
-    assert e.test_tokens == sum(n - 1 for n in protocol.corpus(
-        protocol.load_config()).lengths("test"))
-    assert e.entropy_floor < e.loss_per_token < e.untrained["loss_per_token"]
-    assert e.loss_per_token < e.untrained["loss_per_token"] - 1.0
-    assert e.token_accuracy > e.untrained["token_accuracy"]
+    assert e.test_tokens == sum(n - 1 for n in course_lib.corpus(
+        course_lib.load_config()).lengths("test"))
+    assert e.entropy_floor < e.loss_per_token < e.untrained.loss_per_token
+    assert e.loss_per_token < e.untrained.loss_per_token - 1.0
+    assert e.token_accuracy > e.untrained.token_accuracy
 
 
 def test_exercise_scenarios(protocol_run):
     out, _ = protocol_run
-    x = reports.load(out, "exercise")
-    by_name = {sc["name"]: sc for sc in x.scenarios}
+    x = ExerciseReport.load(out)
+    by_name = {sc.name: sc for sc in x.scenarios}
     bal, skew = by_name["balanced"], by_name["skewed"]
-    assert bal["tokens"] == [12, 12] and skew["tokens"] == [12, 36]
-    assert (bal["mean_of_means"], bal["global_mean"]) == (2.0, 2.0)
-    assert (skew["mean_of_means"], skew["global_mean"]) == (2.0, 2.5)
+    assert bal.tokens == [12, 12] and skew.tokens == [12, 36]
+    assert (bal.mean_of_means, bal.global_mean) == (2.0, 2.0)
+    assert (skew.mean_of_means, skew.global_mean) == (2.0, 2.5)
     for sc in (bal, skew):
-        assert sc["gradients"]["global_token"]["allclose"]
-    assert bal["gradients"]["mean_of_means"]["allclose"], "equal counts: no bias"
-    assert not skew["gradients"]["mean_of_means"]["allclose"]
+        assert sc.gradients.global_token.allclose
+    assert bal.gradients.mean_of_means.allclose, "equal counts: no bias"
+    assert not skew.gradients.mean_of_means.allclose
 
 
 # --- faults -------------------------------------------------------------------
@@ -170,7 +181,7 @@ def test_exercise_scenarios(protocol_run):
 
 def test_crashed_rank_is_named_with_its_step(tmp_path, cfg):
     with pytest.raises(launch.LaunchError) as err:
-        protocol.train(cfg, tmp_path, stop_at=10, timeout=120,
+        course_lib.train(cfg, tmp_path, stop_at=10, timeout=120,
                        fault={"kind": "crash", "rank": 1, "step": 3})
     e = err.value
     assert (e.rank, e.step, e.job) == (1, 3, "train")
@@ -183,7 +194,7 @@ def test_crashed_rank_is_named_with_its_step(tmp_path, cfg):
 def test_timeout_kills_the_whole_job(tmp_path, cfg):
     started = time.monotonic()
     with pytest.raises(launch.LaunchError) as err:
-        protocol.train(cfg, tmp_path, stop_at=10, timeout=6, fault={"delay": 60})
+        course_lib.train(cfg, tmp_path, stop_at=10, timeout=6, fault={"delay": 60})
     assert time.monotonic() - started < 40
     assert "timed out after 6 s" in str(err.value).splitlines()[0]
     assert err.value.rank in (0, 1)
@@ -213,7 +224,7 @@ def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protoco
     proc = popen([sys.executable, "-m", "course_lib", "train", "--continuous",
                   "--out", str(tmp_path)], env=env,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    run_dir = protocol.continuous_dir(tmp_path)
+    run_dir = course_lib.continuous_dir(tmp_path)
     deadline = time.monotonic() + 120
     while checkpoint.latest_valid(run_dir) is None or _last_step(run_dir) < 37:
         assert time.monotonic() < deadline, "no checkpoint appeared"
@@ -221,8 +232,8 @@ def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protoco
         time.sleep(0.05)
     # The agent and its workers, which share its process group; not the
     # agent server, which shares the CLI's.
-    job = [p for p in launch.descendants(proc.pid)
-           if JOB_MARKER in Path(f"/proc/{p}/cmdline").read_bytes()]
+    job = [p for p in processes.descendants(proc.pid)
+           if is_job(Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" "))]
     assert job
     os.killpg(os.getpgid(job[0]), signal.SIGKILL)
     proc.wait(timeout=60)
@@ -233,7 +244,7 @@ def test_sigkilled_job_resumes_from_its_latest_checkpoint(tmp_path, cfg, protoco
     assert done.returncode == 0, done.stderr
     got = checkpoint.load_params(checkpoint.step_dir(run_dir, 100))
     want = checkpoint.load_params(checkpoint.step_dir(
-        protocol.continuous_dir(protocol_run[0]), 100))
+        course_lib.continuous_dir(protocol_run[0]), 100))
     assert checkpoint.compare_params(got, want)["identical"]
 
 
@@ -252,7 +263,7 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
     proc = popen([sys.executable, "-m", "course_lib", "train", "--continuous",
                   "--config", config, "--max-restarts", "3", "--out", tmp_path],
                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    run_dir = protocol.continuous_dir(tmp_path)
+    run_dir = course_lib.continuous_dir(tmp_path)
     kills = []
     for low, high in ((3, 28), (36, 62), (70, 94)):
         target = rng.randint(low, high)
@@ -262,7 +273,7 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
             assert proc.poll() is None, f"seed {seed}: {proc.communicate()}"
             time.sleep(0.02)
         rank = rng.randint(0, 1)
-        victim = launch.workers(proc.pid).get(rank)
+        victim = processes.workers(proc.pid).get(rank)
         assert victim is not None, f"seed {seed}: rank {rank}'s worker not found"
         victim.send_signal(signal.SIGKILL)
         kills.append((rank, _last_step(run_dir)))
@@ -275,11 +286,11 @@ def test_elastic_restarts_survive_killed_workers_bit_identically(tmp_path, proto
         # while its own checkpoint is still being written.
         resumed = r["resumed_from_step"]
         assert resumed % 5 == 0 and seen - 5 <= resumed <= seen + 5, (seed, kills, restarts)
-    steps = [x["step"] for x in reports.load_logs(run_dir)[0] if x["event"] == "step"]
+    steps = [x["step"] for x in logs.records(run_dir)[0] if x["event"] == "step"]
     assert steps == list(range(1, 101)), "the log describes one trajectory"
     got = checkpoint.load_params(checkpoint.step_dir(run_dir, 100))
     want = checkpoint.load_params(checkpoint.step_dir(
-        protocol.continuous_dir(protocol_run[0]), 100))
+        course_lib.continuous_dir(protocol_run[0]), 100))
     assert checkpoint.compare_params(got, want)["identical"], (seed, kills)
 
 
@@ -343,7 +354,7 @@ def test_resume_refuses_what_does_not_fit(protocol_run, tmp_path):
 def test_compare_prints_the_diff(protocol_run):
     out, _ = protocol_run
     proc = course_lib_cli("compare", checkpoint.step_dir(out, 100),
-                checkpoint.step_dir(protocol.continuous_dir(out), 100))
+                checkpoint.step_dir(course_lib.continuous_dir(out), 100))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["max_abs_param_diff"] == 0.0 and result["compared_values"] == 112_480
@@ -374,17 +385,17 @@ def test_an_identical_launch_runs_once_per_replay_store(tmp_path, cfg, monkeypat
         def update(self, job, done, total, label=""):
             seen[self.name].append((job, done, total))
 
-    first = protocol.parity(cfg, tmp_path / "a", progress=Sink("a"))
-    again = protocol.parity(cfg, tmp_path / "b", progress=Sink("b"))
+    first = course_lib.parity(cfg, tmp_path / "a", progress=Sink("a"))
+    again = course_lib.parity(cfg, tmp_path / "b", progress=Sink("b"))
     assert again == first
     assert seen["a"] and seen["b"] == seen["a"], "the replay shows the same progress"
-    records = [jobs.LaunchRecord.read_all(tmp_path / d)[-1] for d in "ab"]
+    records = [LaunchRecord.read_all(tmp_path / d)[-1] for d in "ab"]
     assert [r.replayed for r in records] == [False, True]
     assert "replayed" in (tmp_path / "b" / "logs" / "torchrun.log").read_text()
     assert len([p for p in store.iterdir() if p.is_dir()]) == 1
-    launch.launch(cfg, tmp_path / "c", [jobs.SmokeJob()], data_dir=paths.data_dir(),
+    launch.launch(cfg, tmp_path / "c", [SmokeJob()], data_dir=paths.data_dir(),
                   fault={"delay": 0.0})
-    assert not jobs.LaunchRecord.read_all(tmp_path / "c")[-1].replayed
+    assert not LaunchRecord.read_all(tmp_path / "c")[-1].replayed
     assert len([p for p in store.iterdir() if p.is_dir()]) == 1
 
 
@@ -399,6 +410,6 @@ def test_a_rendezvous_port_taken_meanwhile_is_retried(tmp_path, cfg, monkeypatch
         ports = iter([taken.getsockname()[1]])
         real = launch.free_port
         monkeypatch.setattr(launch, "free_port", lambda: next(ports, None) or real())
-        result = launch.launch(cfg, tmp_path, [jobs.SmokeJob()], data_dir=paths.data_dir())
+        result = launch.launch(cfg, tmp_path, [SmokeJob()], data_dir=paths.data_dir())
     assert result.returncode == 0
-    assert len(jobs.LaunchRecord.read_all(tmp_path)) == 2, "one refused, one retried"
+    assert len(LaunchRecord.read_all(tmp_path)) == 2, "one refused, one retried"

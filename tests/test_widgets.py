@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from course_lib import arithmetic
-from course_lib.widgets import (
+from course_lib.core import arithmetic
+from course_lib.course.widgets import (
     MAX_RANKS,
     ThetaExplorer,
     TokenExplorer,

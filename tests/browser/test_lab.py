@@ -2,7 +2,7 @@
 
 1. Chapter 02: run all cells, move one rank's token slider with the keyboard,
    and check that the global mean on the page is exactly what
-   ``course_lib.arithmetic.global_mean`` gives for the values now shown.
+   ``course_lib.core.arithmetic.global_mean`` gives for the values now shown.
 2. Chapter 05: opened without running, its committed outputs render,
    figures included.
 3. Chapter 01: a graded prediction: a wrong value gets a hint, the right one
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.arithmetic import global_mean, mean_of_means
+from course_lib.core.arithmetic import global_mean, mean_of_means
 
 pytestmark = pytest.mark.browser
 

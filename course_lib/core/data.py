@@ -1,0 +1,397 @@
+"""Synthetic corpus, data lock, rank plan and padding.
+
+Everything random here uses Python's ``random.Random`` so the corpus is the
+same on every machine and every torch version.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from course_lib.core import files, paths
+from course_lib.core.config import Config, ConfigError
+
+IGNORE_INDEX = -100
+FORMAT_VERSION = 1
+
+
+class DataLockError(RuntimeError):
+    """The data on disk is not the data the config describes."""
+
+
+# --- the Markov source -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkovSource:
+    """First-order Markov chain over ``vocab_size`` symbols.
+
+    Each state favours a few successors and keeps a little mass on every
+    symbol, so no transition is impossible and the entropy floor is finite.
+    """
+
+    transitions: tuple[tuple[float, ...], ...]
+    stationary: tuple[float, ...]
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.transitions)
+
+    def entropy_rate(self) -> float:
+        """Conditional entropy H(X_t+1 | X_t) in nats: the best loss per token."""
+        return sum(
+            pi * -sum(p * math.log(p) for p in row if p > 0)
+            for pi, row in zip(self.stationary, self.transitions, strict=True)
+        )
+
+    def sample(self, rng: random.Random, length: int) -> list[int]:
+        state = _draw(rng, self.stationary)
+        seq = [state]
+        for _ in range(length - 1):
+            state = _draw(rng, self.transitions[state])
+            seq.append(state)
+        return seq
+
+
+def _draw(rng: random.Random, probs: tuple[float, ...]) -> int:
+    cumulative, total = [], 0.0
+    for p in probs:
+        total += p
+        cumulative.append(total)
+    index = bisect.bisect_right(cumulative, rng.random() * total)
+    return min(index, len(probs) - 1)
+
+
+def make_source(seed: int, vocab_size: int, successors: int) -> MarkovSource:
+    rng = random.Random(seed)
+    smoothing = 0.05
+    rows = []
+    for _ in range(vocab_size):
+        favoured = rng.sample(range(vocab_size), successors)
+        weights = [rng.random() + 0.1 for _ in favoured]
+        total = sum(weights)
+        row = [smoothing / vocab_size] * vocab_size
+        for sym, w in zip(favoured, weights, strict=True):
+            row[sym] += (1 - smoothing) * w / total
+        rows.append(tuple(row))
+    return MarkovSource(tuple(rows), _stationary(rows))
+
+
+def _stationary(rows: list[tuple[float, ...]]) -> tuple[float, ...]:
+    n = len(rows)
+    pi = [1.0 / n] * n
+    for _ in range(2000):
+        nxt = [0.0] * n
+        for i, row in enumerate(rows):
+            for j, p in enumerate(row):
+                nxt[j] += pi[i] * p
+        if max(abs(a - b) for a, b in zip(pi, nxt, strict=True)) < 1e-15:
+            pi = nxt
+            break
+        pi = nxt
+    total = sum(pi)
+    return tuple(p / total for p in pi)
+
+
+# --- the corpus --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corpus:
+    sequences: tuple[tuple[int, ...], ...]  # indexed by id
+    splits: dict[str, tuple[int, ...]]  # split name -> ids
+    source: MarkovSource
+    lock: str
+
+    @property
+    def pad_id(self) -> int:
+        return self.source.vocab_size
+
+    @property
+    def entropy_floor(self) -> float:
+        return self.source.entropy_rate()
+
+    def lengths(self, split: str) -> list[int]:
+        return [len(self.sequences[i]) for i in self.splits[split]]
+
+
+def generate_corpus(cfg: Config) -> Corpus:
+    d = cfg.data
+    source = make_source(cfg.seed, d.vocab_size, d.successors_per_state)
+    rng = random.Random(cfg.seed + 1)
+    sequences: list[tuple[int, ...]] = []
+    splits: dict[str, tuple[int, ...]] = {}
+    for split, count in (
+        ("train", d.train_sequences),
+        ("validation", d.validation_sequences),
+        ("test", d.test_sequences),
+    ):
+        start = len(sequences)
+        for _ in range(count):
+            length = rng.randint(d.min_length, d.max_length)
+            sequences.append(tuple(source.sample(rng, length)))
+        splits[split] = tuple(range(start, len(sequences)))
+    payload = _canonical_bytes(cfg, source, sequences, splits)
+    return Corpus(tuple(sequences), splits, source, _sha256(payload))
+
+
+def _canonical_bytes(cfg, source, sequences, splits) -> bytes:
+    doc = {
+        "format": FORMAT_VERSION,
+        "seed": cfg.seed,
+        "data": cfg.to_dict()["data"],
+        "entropy_floor": source.entropy_rate(),
+        "transitions": [list(r) for r in source.transitions],
+        "stationary": list(source.stationary),
+        "splits": {k: list(v) for k, v in splits.items()},
+        "sequences": [list(s) for s in sequences],
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sha256(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+def corpus_id(cfg: Config) -> str:
+    """Name of the corpus files: one corpus per (seed, data section)."""
+    key = json.dumps([cfg.seed, cfg.to_dict()["data"]], sort_keys=True)
+    return f"corpus-{cfg.seed}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def corpus_paths(cfg: Config, data_dir: Path) -> tuple[Path, Path]:
+    stem = Path(data_dir) / corpus_id(cfg)
+    return stem.with_suffix(".json"), stem.with_suffix(".lock.json")
+
+
+def write_corpus(cfg: Config, data_dir: Path) -> Corpus:
+    corpus = generate_corpus(cfg)
+    data_path, lock_path = corpus_paths(cfg, data_dir)
+    data_path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_atomically(data_path, _canonical_bytes(cfg, corpus.source, corpus.sequences,
+                                                  corpus.splits))
+    files.write_atomically(lock_path,
+                      (json.dumps(lock_record(cfg, corpus), indent=2) + "\n").encode())
+    return corpus
+
+
+def _has_corpus(cfg: Config, data_dir: Path) -> bool:
+    return any(p.exists() for p in corpus_paths(cfg, data_dir))
+
+
+def generated_home(data_dir: Path) -> Path:
+    """Where corpora that ``data_dir`` lacks are generated: never the committed
+    ``data/`` (it holds the committed configs' corpora only), but the
+    git-ignored ``runs/data/``; any other directory holds its own."""
+    if Path(data_dir).resolve() == paths.data_dir().resolve():
+        return paths.generated_data_dir()
+    return Path(data_dir)
+
+
+def locate(cfg: Config, data_dir: Path) -> Path:
+    """The directory holding this config's corpus, generated there if needed.
+
+    A corpus is deterministic from the config, so a learner's own config needs
+    no separate ``prepare`` step.
+    """
+    if _has_corpus(cfg, data_dir):
+        return Path(data_dir)
+    home = generated_home(data_dir)
+    if not all(p.is_file() for p in corpus_paths(cfg, home)):
+        write_corpus(cfg, home)
+    return home
+
+
+def lock_record(cfg: Config, corpus: Corpus) -> dict:
+    return {
+        "sha256": corpus.lock,
+        "corpus": corpus_id(cfg),
+        "format": FORMAT_VERSION,
+        "sequences": {k: len(v) for k, v in corpus.splits.items()},
+        "entropy_floor": corpus.entropy_floor,
+    }
+
+
+def load_corpus(cfg: Config, data_dir: Path) -> Corpus:
+    """Read the committed corpus and check it against its lock and the config."""
+    data_path, lock_path = corpus_paths(cfg, data_dir)
+    if not data_path.is_file() or not lock_path.is_file():
+        raise DataLockError(
+            f"no corpus for this config in {data_dir} (run `course-lib prepare`)"
+        )
+    raw = data_path.read_bytes()
+    lock = json.loads(lock_path.read_text())["sha256"]
+    if _sha256(raw) != lock:
+        raise DataLockError(f"{data_path.name} does not match its lock {lock[:12]}")
+    doc = json.loads(raw)
+    if doc["data"] != cfg.to_dict()["data"] or doc["seed"] != cfg.seed:
+        raise DataLockError(f"{data_path.name} was made from another config")
+    source = MarkovSource(
+        tuple(tuple(r) for r in doc["transitions"]), tuple(doc["stationary"])
+    )
+    return Corpus(
+        tuple(tuple(s) for s in doc["sequences"]),
+        {k: tuple(v) for k, v in doc["splits"].items()},
+        source,
+        lock,
+    )
+
+
+def prepare(cfg: Config, data_dir: Path) -> tuple[Corpus, str]:
+    """Regenerate the corpus and compare it with the committed one.
+
+    Returns (corpus, status) where status is "written" (nothing was there) or
+    "verified". Raises DataLockError on any mismatch. A corpus that is not in
+    ``data_dir`` is looked for, or written, in ``generated_home(data_dir)``.
+    """
+    if not _has_corpus(cfg, data_dir):
+        data_dir = generated_home(data_dir)
+    data_path, lock_path = corpus_paths(cfg, data_dir)
+    if not data_path.exists() and not lock_path.exists():
+        return write_corpus(cfg, data_dir), "written"
+    fresh = generate_corpus(cfg)
+    committed = load_corpus(cfg, data_dir)
+    if committed.lock != fresh.lock:
+        raise DataLockError(
+            f"regenerated corpus {fresh.lock[:12]} differs from the committed "
+            f"lock {committed.lock[:12]}"
+        )
+    return committed, "verified"
+
+
+# --- rank bands and the plan -------------------------------------------------
+
+
+def rank_bands(cfg: Config, world_size: int) -> list[tuple[int, int]]:
+    """One contiguous length band per rank; W=2 uses the configured split."""
+    d = cfg.data
+    if len(d.rank_length_bands) == world_size:
+        return [(int(lo), int(hi)) for lo, hi in d.rank_length_bands]
+    span = d.max_length - d.min_length + 1
+    if span < world_size:
+        raise ValueError(f"cannot split lengths into {world_size} bands")
+    edges = [d.min_length + (span * k) // world_size for k in range(world_size + 1)]
+    return [(edges[k], edges[k + 1] - 1) for k in range(world_size)]
+
+
+def rank_pools(corpus: Corpus, bands: list[tuple[int, int]]) -> list[list[int]]:
+    """Disjoint pools of train ids, one per rank, by length band."""
+    return [
+        [i for i in corpus.splits["train"] if lo <= len(corpus.sequences[i]) <= hi]
+        for lo, hi in bands
+    ]
+
+
+class WindowSampler:
+    """Draws one accumulation window per update from a stateful RNG.
+
+    ``next_window()`` returns ``window[rank][micro] -> ids``: per rank, the
+    ids are drawn without replacement inside the window; across windows an id
+    may come back. The RNG state advances with every window, so a resumed run
+    must restore it (``state_dict``) rather than re-seed.
+    """
+
+    def __init__(self, pools: list[list[int]], accumulation: int,
+                 batch_size: int, seed: int):
+        need = accumulation * batch_size
+        for rank, pool in enumerate(pools):
+            if len(pool) < need:
+                raise ValueError(
+                    f"rank {rank}'s pool holds {len(pool)} sequences; a window "
+                    f"needs {need}"
+                )
+        self.pools = pools
+        self.accumulation = accumulation
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.history: list[list[list[list[int]]]] = []
+
+    @property
+    def position(self) -> int:
+        return len(self.history)
+
+    def next_window(self) -> list[list[list[int]]]:
+        b = self.batch_size
+        window = []
+        for pool in self.pools:
+            ids = self.rng.sample(pool, self.accumulation * b)
+            window.append([ids[i : i + b] for i in range(0, len(ids), b)])
+        self.history.append(window)
+        return window
+
+    def state_dict(self) -> dict:
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "seed": self.seed,
+            "position": self.position,
+            "rng_state": [version, list(internal), gauss],
+            "history": self.history,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        version, internal, gauss = state["rng_state"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.history = [list(w) for w in state["history"]]
+
+
+def make_sampler(cfg: Config, corpus: Corpus, world_size: int) -> WindowSampler:
+    t = cfg.train
+    try:
+        pools = rank_pools(corpus, rank_bands(cfg, world_size))
+        return WindowSampler(pools, t.accumulation, t.batch_size_per_rank, cfg.seed + 10)
+    except ValueError as exc:
+        raise ConfigError(f"train (world size {world_size}): {exc}") from None
+
+
+def check_plan(cfg: Config, data_dir: Path, world_size: int) -> None:
+    """Before a launch: the corpus matches its lock and every rank's pool can
+    fill a window (ConfigError / DataLockError, one line)."""
+    make_sampler(cfg, load_corpus(cfg, data_dir), world_size)
+
+
+def parity_window(cfg: Config, corpus: Corpus, world_size: int) -> list:
+    """The plan's window at ``parity.step`` for ``world_size`` ranks, as a
+    fresh sampler draws it: the window every parity check compares."""
+    sampler = make_sampler(cfg.with_world_size(world_size), corpus, world_size)
+    for _ in range(cfg.parity.step + 1):
+        window = sampler.next_window()
+    return window
+
+
+def make_plan(cfg: Config, corpus: Corpus, world_size: int) -> list:
+    """``plan[step][rank][micro] -> ids`` for a whole run, as a fresh sampler
+    would draw it."""
+    sampler = make_sampler(cfg, corpus, world_size)
+    return [sampler.next_window() for _ in range(cfg.train.updates)]
+
+
+# --- padding -----------------------------------------------------------------
+
+
+def collate(corpus: Corpus, ids: list[int], supervised: bool = True,
+            device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad sequences into (inputs, labels) for next-token prediction.
+
+    inputs[b, t] = seq[t], labels[b, t] = seq[t + 1]. Padded label positions
+    hold IGNORE_INDEX and never count as tokens. ``supervised=False`` ignores
+    every label (a prompt-only batch: the rank runs, but holds no token).
+    """
+    seqs = [corpus.sequences[i] for i in ids]
+    width = max(len(s) for s in seqs) - 1
+    inputs = torch.full((len(seqs), width), corpus.pad_id, dtype=torch.long)
+    labels = torch.full((len(seqs), width), IGNORE_INDEX, dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        n = len(seq) - 1
+        inputs[row, :n] = torch.tensor(seq[:-1])
+        if supervised:
+            labels[row, :n] = torch.tensor(seq[1:])
+    return inputs.to(device), labels.to(device)

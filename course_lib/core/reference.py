@@ -1,0 +1,62 @@
+"""Single-process reference: the gradient of sum(all window token losses) / N."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from course_lib.core.model import count_tokens, loss_sum
+from course_lib.core.normalize import EmptyWindowError, Microbatch
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    """All gradient components, concatenated in parameter order (FP32 or wider)."""
+    return torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
+        for p in model.parameters()
+    ])
+
+
+def reference_gradient(model: nn.Module,
+                       microbatches: Sequence[Microbatch]) -> tuple[torch.Tensor, int, float]:
+    """One backward through the mean over every supervised token of the window.
+
+    ``microbatches`` holds every rank's microbatches of the window. Returns
+    (flat gradient, N, window loss per token).
+    """
+    n = int(sum(count_tokens(labels) for _, labels in microbatches))
+    if n <= 0:
+        raise EmptyWindowError("no supervised token in the window (N = 0)")
+    model.zero_grad(set_to_none=True)
+    sums = [loss_sum(model(inputs), labels) for inputs, labels in microbatches]
+    loss = sum(sums[1:], sums[0]) / n
+    loss.backward()
+    return flat_grad(model), n, float(loss.detach())
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One gradient (or the worst of every rank's) against the reference."""
+
+    max_abs_err: float | None  # None when a component is not finite
+    allclose: bool
+    violations: int  # components with |g - g*| > atol + rtol |g*|
+
+
+def compare(candidate: torch.Tensor, reference: torch.Tensor,
+            atol: float, rtol: float) -> Comparison:
+    """torch.allclose semantics, component by component.
+
+    A component violates when |candidate - reference| > atol + rtol * |reference|.
+    """
+    err = (candidate - reference).abs()
+    bound = atol + rtol * reference.abs()
+    violations = int((~(err <= bound)).sum())  # NaN and inf count as violations
+    return Comparison(
+        max_abs_err=float(err.max()) if err.numel() else 0.0,
+        allclose=bool(torch.allclose(candidate, reference, atol=atol, rtol=rtol)),
+        violations=violations,
+    )

@@ -1,0 +1,451 @@
+"""Graded questions: predictions before a reveal, exercises at the end of chapters.
+
+A notebook asks by id and never holds the answer::
+
+    from course_lib.course.quiz import check
+    check("mean_of_means.1", 1.25)
+
+``check`` answers "correct", or "not yet" with a hint that never gives the
+answer away. Answers that depend on a run are read from the chapters' run
+directory (``runs/course``) when the learner checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from course_lib.core import paths
+
+
+class UnknownQuestion(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class Question:
+    prompt: str
+    kind: str  # "number", "choice" (one option) or "choices" (a set of options)
+    answer: Any  # the value, or a function that computes it from a run
+    hint: str
+    # the options, or a function that lists them (so that listing the
+    # recipes waits until a question needs them: it imports torch)
+    options: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()
+    rel_tol: float = 1e-3
+    abs_tol: float = 1e-9
+
+    def expected(self):
+        return self.answer() if callable(self.answer) else self.answer
+
+    def choices(self) -> tuple[str, ...]:
+        return self.options() if callable(self.options) else self.options
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    message: str
+    question: str = field(default="", repr=False)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return self.message
+
+    def _repr_html_(self) -> str:
+        color = "#1b7837" if self.correct else "#c51b7d"
+        return f'<b style="color:{color}">{self.message}</b>'
+
+
+RIGHT = "correct"
+
+
+def _not_yet(hint: str) -> Verdict:
+    return Verdict(False, f"not yet: {hint}")
+
+
+def grade(q: Question, given) -> Verdict:
+    """Grade one answer. A wrong answer's message never contains "correct"
+    nor the expected value."""
+    if q.kind == "number":
+        if isinstance(given, str):
+            try:
+                given = float(given)
+            except ValueError:
+                return _not_yet("answer with a number")
+        if isinstance(given, bool) or not isinstance(given, (int, float)) \
+                or not math.isfinite(given):
+            return _not_yet("answer with a finite number")
+        ok = math.isclose(given, q.expected(), rel_tol=q.rel_tol, abs_tol=q.abs_tol)
+        return Verdict(True, RIGHT) if ok else _not_yet(q.hint)
+    options = {o.lower(): o for o in q.choices()}
+    if q.kind == "choice":
+        if not isinstance(given, str) or given.strip().lower() not in options:
+            return _not_yet("choose one of: " + ", ".join(q.choices()))
+        ok = given.strip().lower() == q.expected().lower()
+        return Verdict(True, RIGHT) if ok else _not_yet(q.hint)
+    if q.kind == "choices":
+        if isinstance(given, str) or not isinstance(given, Iterable):
+            return _not_yet("give a list of options, e.g. ['a', 'b']")
+        picked = {str(x).strip().lower() for x in given}
+        unknown = sorted(picked - set(options))
+        if unknown:
+            return _not_yet(f"{unknown[0]!r} is not an option; choose among: "
+                            + ", ".join(q.choices()))
+        if picked == {x.lower() for x in q.expected()}:
+            return Verdict(True, RIGHT)
+        return _not_yet(q.hint)
+    raise ValueError(f"unknown question kind {q.kind!r}")
+
+
+def check(question_id: str, given) -> Verdict:
+    """Grade ``given`` for question ``question_id``; the verdict displays itself."""
+    q = QUESTIONS.get(question_id)
+    if q is None:
+        raise UnknownQuestion(f"no question {question_id!r}")
+    try:
+        verdict = grade(q, given)
+    except FileNotFoundError as missing:  # an answer read from a run not made yet
+        return Verdict(False, f"not yet: {missing}", question_id)
+    return Verdict(verdict.correct, verdict.message, question_id)
+
+
+def ask(question_id: str) -> str:
+    """The prompt of a question, with its options."""
+    q = QUESTIONS[question_id]
+    options = f" (choose: {', '.join(q.choices())})" if q.choices() else ""
+    return q.prompt + options
+
+
+def questions(chapter: str) -> list[str]:
+    """Ids of a chapter's questions, e.g. questions("bug_lab")."""
+    return [k for k in QUESTIONS if k.split(".")[0] == chapter]
+
+
+# --- answers read from the chapters' run ------------------------------------------
+
+
+def _from(report: str, get: Callable[[Any], Any]) -> Callable[[], Any]:
+    """An answer read from the chapters' run: ``get`` of the report class
+    ``report`` ("module:Class"), loaded from the course's run directory."""
+    def read():
+        module, _, name = report.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        out = paths.default_out("course")
+        if not cls.exists(out):
+            raise FileNotFoundError(f"run the chapter's job first: no {cls.NAME}.json yet")
+        return get(cls.load(out))
+    return read
+
+
+def _check_names() -> tuple[str, ...]:
+    from course_lib.checks import NAMES
+
+    return NAMES
+
+
+def _recipe_names() -> tuple[str, ...]:
+    """Every recipe but the course's own rule."""
+    from course_lib.steps.recipes import RECIPES
+
+    return tuple(name for name in RECIPES if name != "course_rule")
+
+
+def _exact_recipes() -> list[str]:
+    from course_lib.steps.recipes import trains_the_token_mean
+
+    return [name for name in _recipe_names() if trains_the_token_mean(name)]
+
+
+@cache
+def _avg_tokens_factor(world_size: int) -> float:
+    """HF 4.46.2-5.9's scale N / (N + R) on the parity window at this W."""
+    from course_lib.course.api import corpus, load_config
+    from course_lib.jobs.recipes import predicted_on_parity_window
+
+    cfg = load_config()
+    factor = predicted_on_parity_window(cfg, corpus(cfg), world_size)[
+        "hf_trainer_avg_tokens"].factor
+    assert factor is not None  # the recipe is uniformly scaled
+    return factor
+
+
+def _plan_tokens(step: int) -> int:
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    window = make_plan(cfg, data, cfg.train.world_size)[step]
+    return sum(len(data.sequences[i]) - 1 for rank in window for mb in rank for i in mb)
+
+
+def _masked_tokens(prompt: int) -> int:
+    from course_lib.core.data import IGNORE_INDEX, collate, make_plan
+    from course_lib.core.model import count_tokens
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    ids = make_plan(cfg, data, cfg.train.world_size)[0][0][0]
+    _, labels = collate(data, ids)
+    labels[:, :prompt] = IGNORE_INDEX
+    return int(count_tokens(labels))
+
+
+# --- the questions, keyed by the chapter's slug (05_ddp_parity -> ddp_parity) ---------
+
+QUESTIONS: dict[str, Question] = {
+    # 01 the mean of means
+    "mean_of_means.predict_mom": Question(
+        "Rank 0: 12 tokens of loss 1; rank 1: 36 tokens of loss 3. "
+        "The mean of the two local means?", "number", 2.0,
+        "average the two local means, one per rank"),
+    "mean_of_means.predict_global": Question(
+        "Same ranks: the mean over all 48 tokens?", "number", 2.5,
+        "add every token's loss, then divide by every token"),
+    "mean_of_means.1": Question(
+        "Rank 0 holds 20 tokens of loss 2, rank 1 holds 60 tokens of loss 1. "
+        "The global token mean?", "number", 1.25,
+        "total loss over total tokens: (20 * 2 + 60 * 1) / (20 + 60)"),
+    "mean_of_means.2": Question(
+        "Same ranks: what does the mean of means report?", "number", 1.5,
+        "each rank's mean first, then the mean of those"),
+    "mean_of_means.3": Question(
+        "Same ranks: under the mean of means, how many times heavier is a "
+        "rank-0 token than a rank-1 token?", "number", 3.0,
+        "a token of rank r weighs 1 / (W * N_r)"),
+    "mean_of_means.4": Question(
+        "Run arithmetic.token_weights([5, 45], 'mean_of_means'): what does one "
+        "rank-0 token weigh?", "number", 0.1,
+        "run the call and read the first weight"),
+    # 02 the token explorer
+    "token_explorer.predict_mom": Question(
+        "Theta example: at which theta is the mean-of-means gradient zero?",
+        "number", 0.0, "each rank's mean pulls toward its own target, +1 or -1"),
+    "token_explorer.predict_global": Question(
+        "At which theta is the global gradient zero?", "number", -0.5,
+        "the token-weighted average of the targets: 12 of +1, 36 of -1"),
+    "token_explorer.1": Question(
+        "W = 4 ranks with 10 tokens each, any losses: the bias "
+        "(mean of means - global mean)?", "number", 0.0,
+        "what do balanced counts do to the weights?"),
+    "token_explorer.2": Question(
+        "Set tokens to [12, 36] and swap the losses to [3, 1] in the explorer. "
+        "The bias (mean of means - global mean)?", "number", 0.5,
+        "read the readout, or compute (3 + 1) / 2 - (36 + 36) / 48"),
+    "token_explorer.3": Question(
+        "Theta example with 12 targets on each rank: where is the global "
+        "gradient zero?", "number", 0.0, "balanced counts: both objectives agree"),
+    "token_explorer.4": Question(
+        "Two objectives report the same loss. Must their gradients agree?",
+        "choice", "no", "look at theta = 0 in the explorer", options=("yes", "no")),
+    # 03 data and plan
+    "data_and_plan.1": Question(
+        "A sequence of 50 tokens: how many supervised next-token positions?",
+        "number", 49, "the first token is never a target"),
+    "data_and_plan.2": Question(
+        "Sequences of lengths 10, 20 and 30 padded into one microbatch: how "
+        "many label cells does it have?", "number", 87,
+        "rows times the widest row's number of targets"),
+    "data_and_plan.3": Question(
+        "The reference tutorial counts len(tokens) per sequence. Here, by how "
+        "many tokens per sequence would that overcount N?", "number", 1,
+        "compare a sequence's length with its number of targets"),
+    "data_and_plan.4": Question(
+        "Run window_tokens on plan[3] for every rank: what is N for step 3?",
+        "number", lambda: _plan_tokens(3), "sum the two ranks' counts"),
+    # 04 the global denominator
+    "global_denominator.predict": Question(
+        "The 12/36 example: 2.5 is right. With an extra / accumulation "
+        "(2 microbatches), what does DDP's average become?", "number", 1.25,
+        "N already covers both microbatches: what does dividing again do?"),
+    "global_denominator.1": Question(
+        "W = 4 ranks and N = 400 tokens in the window: by what factor does "
+        "each rank multiply its loss sum S_r?", "number", 0.01, "W / N"),
+    "global_denominator.2": Question(
+        "3 microbatches per window and an extra / accumulation: what fraction "
+        "of the right gradient do you get?", "number", 1 / 3,
+        "the direction is right; only the length changes"),
+    "global_denominator.3": Question(
+        "What must no_sync() wrap for every microbatch but the last?", "choice",
+        "forward and backward", "DDP arms its reduction hooks during forward",
+        options=("forward only", "backward only", "forward and backward")),
+    "global_denominator.4": Question(
+        "Run ddp_average('global_token', extra_divisor=4): the ratio "
+        "|trap| / |reference|?", "number", 0.25, "print trap.norm() / ref.norm()",
+        rel_tol=1e-3),
+    # 05 DDP parity
+    "ddp_parity.1": Question(
+        "With rtol = 0, what is the smallest atol that lets the mean of means "
+        "pass? Read it from the report.", "number",
+        _from("course_lib.jobs.parity:ParityReport", lambda p: p.control_mode.max_abs_err),
+        "with rtol = 0 every component needs |err| <= atol", rel_tol=0.05),
+    "ddp_parity.2": Question(
+        "How many gradient components does the parity check compare?", "number",
+        112_480, "the model's parameter count"),
+    "ddp_parity.3": Question(
+        "With no_sync() around the backward only, would parity fail?", "choice",
+        "no", "averaging is linear: what changes is when ranks talk",
+        options=("yes", "no")),
+    "ddp_parity.4": Question(
+        "atol 1e-6, rtol 1e-4, |ref| = 0.5: the largest |err| allowed?", "number",
+        5.1e-5, "atol + rtol * |ref|"),
+    # 06 the bug lab
+    "bug_lab.predict_no_sync_backward_only": Question(
+        "no_sync() around the backward only: which checks catch it?", "choices",
+        ("no_sync",), "is the gradient wrong, or only the communication?",
+        options=_check_names),
+    "bug_lab.predict_count_never_reset": Question(
+        "A token count never reset between windows: which checks catch it?",
+        "choices", ("trajectory",), "which checks look past the first window?",
+        options=_check_names),
+    "bug_lab.predict_forgot_world_size": Question(
+        "W forgotten (each rank backprops S_r / N): which checks catch it?",
+        "choices", ("parity", "trajectory", "world_size_invariance"),
+        "a uniform 1/W: which comparisons see a change of scale, and which "
+        "compare layouts at the same W?", options=_check_names),
+    "bug_lab.1": Question(
+        "The parity window holds N = 2283 tokens in 32 sequences. Counting "
+        "lengths before the shift scales the gradient by N / (N + R): by how "
+        "much?", "number", 2283 / 2315, "R is one per sequence", rel_tol=1e-4),
+    "bug_lab.2": Question(
+        "Why does mean_of_means pass accumulation_invariance?", "choice",
+        "whole-window count",
+        "what does each rank divide by, a microbatch's count or its window's?",
+        options=("whole-window count", "loose tolerance", "luck")),
+    "bug_lab.3": Question(
+        "Audit a step that backprops W * S_r / N with no no_sync() at all: "
+        "which checks fail?", "choices", ("no_sync",),
+        "write it with %%writefile and run course_lib.audit on it",
+        options=_check_names),
+    "bug_lab.4": Question(
+        "How many torchrun launches does world_size_invariance need?", "number",
+        3, "one per world size it compares"),
+    # 07 checkpoint and resume
+    "checkpoint_resume.predict": Question(
+        "Which ablations change the parameters at step 100?", "choices",
+        ("weights_only", "no_optimizer_state", "sampler_from_seed", "no_rng_state"),
+        "think of momentum, the windows drawn and the dropout masks",
+        options=("weights_only", "no_optimizer_state", "sampler_from_seed",
+                 "no_rng_state")),
+    "checkpoint_resume.1": Question(
+        "Max |param diff| at step 100 between the resumed and continuous runs?",
+        "number", 0.0, "not small: exact", abs_tol=0.0),
+    "checkpoint_resume.2": Question(
+        "Read the report: which window does the sampler_from_seed ablation "
+        "draw first after resuming at step 50?", "number",
+        _from("course_lib.jobs.resume:ResumeReport",
+              lambda r: r.ablations["sampler_from_seed"].first_window_after_resume),
+        "look at ablations.sampler_from_seed in resume.json"),
+    "checkpoint_resume.3": Question(
+        "How many rank-RR.pt files does a checkpoint of a 4-rank run hold?",
+        "number", 4, "one per rank: each has its own RNG states"),
+    "checkpoint_resume.4": Question(
+        "Which file of a checkpoint is written last?", "choice", "manifest.json",
+        "the one that vouches for the others",
+        options=("model.pt", "optimizer.pt", "trainer.json", "manifest.json")),
+    # 08 evaluation
+    "evaluation.1": Question(
+        "The loss per token of a uniform guess over 32 symbols, in nats?",
+        "number", math.log(32), "log of the vocabulary size", rel_tol=1e-3),
+    "evaluation.2": Question(
+        "Read evaluation.json: how many nats above the entropy floor is the "
+        "trained model?", "number",
+        _from("course_lib.course.api:EvaluationReport", lambda e: e.above_floor_by),
+        "loss per token minus the floor", rel_tol=0.02),
+    "evaluation.3": Question(
+        "256 sequences total 17,227 tokens: how many next-token targets?",
+        "number", 16_971, "one fewer target than tokens, per sequence"),
+    "evaluation.4": Question(
+        "On a large test set, can a model's loss sit well below the entropy "
+        "floor?", "choice", "no", "what does the floor bound?",
+        options=("yes", "no")),
+    # 09 the exercise
+    "exercise.predict_mom": Question(
+        "W = 3: ranks hold 12, 36 and 12 tokens with losses 1, 3 and 2 per "
+        "token. The mean of means?", "number", 2.0,
+        "one mean per rank, then their average"),
+    "exercise.predict_global": Question(
+        "Same three ranks: the global token mean?", "number", 2.4,
+        "(12 * 1 + 36 * 3 + 12 * 2) / 60"),
+    "exercise.predict_change": Question(
+        "Rank 1 goes from 12 to 36 tokens. In W * S_r / N, what changes?",
+        "choice", "change N", "count the ranks, then the tokens",
+        options=("change W", "change N", "divide again")),
+    "exercise.1": Question(
+        "Rank 1 grows to 60 tokens (rank 0 keeps 12; losses 1 and 3). The "
+        "global mean?", "number", 192 / 72, "(12 * 1 + 60 * 3) / 72"),
+    "exercise.2": Question(
+        "Read exercise.json: the skewed scenario's mean_of_means max |err|?",
+        "number",
+        _from("course_lib.jobs.exercise:ExerciseReport",
+              lambda x: x.scenario("skewed").gradients.mean_of_means.max_abs_err),
+        "scenarios -> skewed -> gradients -> mean_of_means", rel_tol=0.05),
+    "exercise.3": Question(
+        "With balanced counts, does the mean of means pass the gradient check?",
+        "choice", "yes", "balanced counts make every rank weigh the same",
+        options=("yes", "no")),
+    # 10 production recipes
+    "production_recipes.predict": Question(
+        "Which recipes train the global token mean, leaving exactly the "
+        "reference gradient whatever the token counts?", "choices",
+        lambda: _exact_recipes(),
+        "an exact recipe weighs every token 1/N on every window: which "
+        "backprop and reduction pairs give W * S / N after DDP's average?",
+        options=_recipe_names),
+    "production_recipes.1": Question(
+        "64 unmasked rows of 512 tokens (511 labels each after the shift): by "
+        "what factor does HF 4.46.2-5.9 with average_tokens_across_devices "
+        "scale the gradient?", "number", 511 / 512,
+        "N' counts the labels before the shift and the loss uses them after "
+        "it: how many labels does each row lose? The factor is N / N'.",
+        rel_tol=1e-6),
+    "production_recipes.2": Question(
+        "torchtitan #2206 on pure DDP over 8 ranks, SGD (momentum 0.9) at lr "
+        "0.05: which lr gives exactly the updates of the exact gradient at "
+        "0.05?", "number", 0.4,
+        "with SGD, multiplying every gradient by c moves the weights as "
+        "multiplying the learning rate by c would: what c does pure DDP add, "
+        "and what undoes it?", rel_tol=1e-4),
+    "production_recipes.3": Question(
+        "One microbatch holds no supervised token but the window does: which "
+        "recipe turns every rank's gradient into NaN?", "choice",
+        "megatron_pre_clamp",
+        "look for a recipe that divides a multiplicatively masked sum by a "
+        "count that can be 0", options=("fairseq", "hf_trainer_le_4_45",
+                                        "megatron_default", "megatron_pre_clamp",
+                                        "megatron_per_token")),
+    "production_recipes.4": Question(
+        "Run the recipes on 4 ranks: the measured factor of "
+        "hf_trainer_avg_tokens?", "number", lambda: _avg_tokens_factor(4),
+        "run the cell with world_size=4, then read the factor of "
+        "hf_trainer_avg_tokens (N and R are in its skewed regime)", rel_tol=1e-5),
+    "production_recipes.5": Question(
+        "Which check catches hf_trainer_4_46_0 and torchtitan_ddp but none of "
+        "the mean-of-microbatch-means recipes?", "choice", "world_size_invariance",
+        "run every check, then compare the failed checks of hf_trainer_4_46_0 "
+        "with those of lightning", options=("trajectory", "accumulation_invariance",
+                                            "world_size_invariance",
+                                            "permutation_invariance", "no_sync")),
+    # 11 adapting
+    "adapting.1": Question(
+        "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "
+        "per-token mean?", "number", 1.25, "(10 * 2 + 30 * 1) / 40"),
+    "adapting.2": Question(
+        "Same documents: the per-sequence mean?", "number", 1.5,
+        "one mean per document, then their average"),
+    "adapting.3": Question(
+        "W = 2 with rank 1 empty: the mean of means' gradient is what fraction "
+        "of the right one?", "number", 0.5, "the empty rank adds a zero to "
+        "DDP's average"),
+    "adapting.4": Question(
+        "Set prompt_tokens = 20 in section 2 and re-run it: what does "
+        "model.count_tokens give?", "number", lambda: _masked_tokens(20),
+        "re-run the cell with the new parameter"),
+}

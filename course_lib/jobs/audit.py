@@ -1,0 +1,259 @@
+"""The audit: step functions checked by named checks, under real torchrun jobs.
+
+One launch at the chosen world size runs every step through the in-launch
+checks (``course_lib.checks``) and writes ``reports/audit-<step>.json``. A
+check that needs launches of its own (``world_size_invariance``) plans them
+in ``LAUNCHED_APART``; the parent runs them and merges their results. ``bugs``
+runs every built-in step through every check -> ``reports/bugs.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from course_lib import checks
+from course_lib.checks import CheckResult
+from course_lib.core import paths
+from course_lib.core.config import Config
+from course_lib.jobs import world_size
+from course_lib.jobs.kind import JobKind, launch
+from course_lib.rank import harness
+from course_lib.rank.context import RankContext
+from course_lib.reports.store import Report
+from course_lib.run.runfile import JobSpec
+from course_lib.steps import BUILTIN, StepInfo, load
+
+
+class AuditInputError(ValueError):
+    """Bad --step, --checks or --dtype."""
+
+
+@dataclass(frozen=True)
+class AuditJob(JobSpec):
+    """Every step through every in-launch check -> reports/audit-<step>.json."""
+
+    TAG: ClassVar[str] = "audit"
+    steps: list[str]
+    checks: list[str]
+    trajectory_updates: int = 5
+    step_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class AuditReport(Report):
+    NAME: ClassVar[str] = "audit"  # saved as audit-<step>: see file_name
+    step: str
+    kind: str
+    description: str
+    world_size: int
+    backend: str
+    device: str
+    dtype: str
+    compared_values: int
+    checks: dict[str, CheckResult]
+    passed: bool
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def file_name(step: str) -> str:
+        return f"audit-{step}"
+
+
+@dataclass(frozen=True)
+class BugRow:
+    kind: str
+    description: str
+    why: str
+    checks: dict[str, bool]
+    caught_by: list[str]
+    max_abs_err: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class BugsReport(Report):
+    NAME: ClassVar[str] = "bugs"
+    world_size: int
+    backend: str
+    device: str
+    dtype: str
+    checks: list[str]
+    steps: dict[str, BugRow]
+    every_bug_caught: bool
+    no_false_alarm: bool
+    extra: dict = field(default_factory=dict, repr=False)
+
+
+# --- in the launch ---------------------------------------------------------------
+
+
+def run_rank(ctx: RankContext, spec: AuditJob) -> None:
+    ctx.state.step_timeout = spec.step_timeout
+    todo = checks.select(spec.checks)
+    for i, name in enumerate(spec.steps):
+        step = load(name)
+        ctx.state.audited = step.name
+        ctx.log("audit_step", step=step.name)
+        found = checks.Auditor(ctx, step, spec.trajectory_updates).run(todo)
+        if ctx.rank == 0:
+            results = {k: v for k, v in found.items() if v is not None}
+            AuditReport(
+                step=step.name, kind=step.kind, description=step.description,
+                world_size=ctx.world_size, backend=ctx.backend,
+                device=ctx.device.type, dtype=ctx.cfg.train.dtype,
+                compared_values=int(harness.parity_reference(ctx).grad.numel()),
+                checks=results, passed=all(c.passed for c in results.values()),
+            ).save(ctx.out, AuditReport.file_name(step.name))
+        ctx.progress("audit", i + 1, len(spec.steps))
+    ctx.state.audited = None
+
+
+KIND = JobKind(AuditJob, run_rank)
+
+
+# --- checks that need launches of their own --------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchedApart:
+    """A check run by jobs of its own, one per world size, and compared here."""
+
+    plan: Callable[[Config, list[str], Path, float], dict[int, JobSpec]]
+    collect: Callable[[Path, str, float, float], CheckResult]
+
+
+LAUNCHED_APART: dict[str, LaunchedApart] = {
+    world_size.NAME: LaunchedApart(world_size.plan, world_size.collect),
+}
+
+
+# --- the parent side ---------------------------------------------------------------
+
+
+def parse_checks(text: str | None) -> list[str]:
+    try:
+        return checks.parse(text)
+    except checks.UnknownCheck as exc:
+        raise AuditInputError(str(exc)) from None
+
+
+def resolve_steps(specs: list[str]) -> list[tuple[str, StepInfo]]:
+    """(spec the workers load, step) pairs; a file path becomes absolute."""
+    found = []
+    for spec in specs:
+        info = load(spec)  # StepSpecError: bad input, before any launch
+        where, sep, name = spec.rpartition(":")
+        if sep and where.endswith(".py"):
+            spec = f"{Path(where).resolve()}:{name}"
+        found.append((spec, info))
+    names = [info.name for _, info in found]
+    if len(set(names)) != len(names):
+        raise AuditInputError("--step: two steps share the name "
+                              f"{next(n for n in names if names.count(n) > 1)!r}")
+    return found
+
+
+def with_dtype(cfg: Config, dtype: str | None) -> Config:
+    if not dtype:
+        return cfg
+    if dtype not in ("float32", "float64"):
+        raise AuditInputError(f"--dtype: expected float32 or float64, got {dtype!r}")
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, dtype=dtype))
+
+
+def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | None = None,
+          *, dtype: str | None = None, data_dir: Path | None = None,
+          trajectory_updates: int = 5, step_timeout: float = 60.0,
+          extra_jobs: tuple[JobSpec, ...] = (), **kw: Any) -> dict[str, AuditReport]:
+    """Run the checks on each step; write and return ``audit-<step>.json``.
+    ``extra_jobs`` ride along in the first launch, after the audit job."""
+    cfg = with_dtype(cfg, dtype)
+    names = check_names or list(checks.NAMES)
+    resolved = resolve_steps(specs)
+    worker_specs = [spec for spec, _ in resolved]
+    data_dir = data_dir or paths.data_dir()
+    out = Path(out)
+    world = kw.pop("world_size", None) or cfg.train.world_size
+    apart = {n: LAUNCHED_APART[n] for n in names if not checks.CHECKS[n].in_launch}
+    plans = [a.plan(cfg, worker_specs, data_dir, step_timeout) for a in apart.values()]
+    first: list[JobSpec] = [
+        AuditJob(worker_specs, [c for c in names if checks.CHECKS[c].in_launch],
+                 trajectory_updates, step_timeout),
+        *extra_jobs, *(p[world] for p in plans if world in p)]
+    launch(cfg, out, first, data_dir=data_dir, world_size=world, **kw)
+    for p in plans:
+        for w, job in p.items():
+            if w != world:
+                launch(cfg, out, [job], data_dir=data_dir, world_size=w, **kw)
+    atol, rtol = harness.tolerance(cfg)
+    found = {}
+    for _, info in resolved:
+        name = AuditReport.file_name(info.name)
+        report = AuditReport.load(out, name)
+        results = dict(report.checks)
+        for check, a in apart.items():
+            results[check] = a.collect(out, info.name, atol, rtol)
+        results = {c: results[c] for c in names}
+        report = dataclasses.replace(report, checks=results,
+                                     passed=all(c.passed for c in results.values()))
+        report.save(out, name)
+        found[info.name] = report
+    return found
+
+
+def bugs(cfg: Config, out: Path, **kw: Any) -> BugsReport:
+    """Every built-in step through every check -> ``reports/bugs.json``."""
+    found = audit(cfg, out, list(BUILTIN), list(checks.NAMES), **kw)
+    rows = {}
+    for name, report in found.items():
+        info = BUILTIN[name]
+        rows[name] = BugRow(
+            kind=info.kind, description=info.description, why=info.why,
+            checks={c: r.passed for c, r in report.checks.items()},
+            caught_by=[c for c, r in report.checks.items() if not r.passed],
+            max_abs_err={c: r.max_abs_err for c, r in report.checks.items()})
+    first = next(iter(found.values()))
+    result = BugsReport(
+        world_size=first.world_size, backend=first.backend, device=first.device,
+        dtype=first.dtype, checks=list(checks.NAMES), steps=rows,
+        every_bug_caught=all(r.caught_by for r in rows.values() if r.kind == "bug"),
+        no_false_alarm=not any(r.caught_by for r in rows.values()
+                               if r.kind == "correct"))
+    result.save(out)
+    return result
+
+
+def describe(report: AuditReport) -> str:
+    """The audit as a short table: one line per check."""
+    from course_lib.reports.numbers import short
+
+    lines = [f"Audit of {report.step} ({report.kind}): {report.world_size} ranks, "
+             f"{report.backend} on {report.device}, {report.dtype}"]
+    for name, c in report.checks.items():
+        verdict = "PASS" if c.passed else "FAIL"
+        if c.max_abs_err is None:
+            detail = c.note
+        elif c.passed:  # rounding decides the digits: the report keeps them
+            detail = f"max |err| within atol {c.atol:g}, rtol {c.rtol:g}"
+        else:
+            detail = f"max |err| {short(c.max_abs_err)} (atol {c.atol:g}, rtol {c.rtol:g})"
+        lines.append(f"  {name:<24} {verdict}  {detail}")
+    lines.append(f"  {'verdict':<24} {'PASS' if report.passed else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def describe_bugs(report: BugsReport) -> str:
+    """The step x check matrix as text: '.' passes, 'X' fails."""
+    abbrev = {c: c.split("_")[0][:6] for c in report.checks}
+    head = f"  {'step':<28} {'kind':<8} " + " ".join(f"{s:>6}" for s in abbrev.values())
+    lines = [f"Bug catalog: {report.world_size} ranks, {report.backend} on "
+             f"{report.device}, {report.dtype}", head]
+    for name, row in report.steps.items():
+        marks = " ".join(f"{'.' if row.checks[c] else 'X':>6}" for c in report.checks)
+        lines.append(f"  {name:<28} {row.kind:<8} {marks}")
+    lines.append(f"  every bug caught: {report.every_bug_caught}; "
+                 f"no false alarm: {report.no_false_alarm}")
+    return "\n".join(lines)

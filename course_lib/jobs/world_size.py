@@ -1,0 +1,93 @@
+"""world_size_invariance, the check that needs launches of its own.
+
+One fixed set of sequences, spread over W = 1, 2 and 4 ranks: each W is a
+torchrun launch that saves every audited step's gradients, and the parent
+compares them with W = 1's. The audit plans these launches beside its own.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from course_lib.checks import Auditor, CheckResult
+from course_lib.checks.world_size import SEQUENCES, WORLD_SIZES
+from course_lib.core.config import Config
+from course_lib.core.data import Corpus, load_corpus
+from course_lib.jobs.kind import JobKind
+from course_lib.rank import harness
+from course_lib.rank.context import RankContext
+from course_lib.run.runfile import JobSpec
+from course_lib.steps import load
+
+NAME = "world_size_invariance"
+
+
+@dataclass(frozen=True)
+class WorldSizeJob(JobSpec):
+    """Each step's gradient on one fixed set of sequences, spread over this
+    launch's ranks; the parent compares the world sizes."""
+
+    TAG: ClassVar[str] = "world_size"
+    steps: list[str]
+    sequence_ids: list[int]
+    batch_size: int
+    step_timeout: float = 60.0
+
+
+def grad_path(out: Path, world_size: int, step: str) -> Path:
+    return Path(out) / "audit" / "world-size" / f"W{world_size}" / f"{step}.pt"
+
+
+def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
+    ctx.state.step_timeout = spec.step_timeout
+    layout = harness.world_size_layout(spec.sequence_ids, ctx.world_size, spec.batch_size)
+    for i, name in enumerate(spec.steps):
+        step = load(name)
+        ctx.state.audited, ctx.state.check = step.name, NAME
+        out = Auditor(ctx, step).outcome(layout)
+        if ctx.rank == 0:
+            path = grad_path(ctx.out, ctx.world_size, step.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"grads": out.grads, "local_tokens": out.local_tokens}, path)
+        ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
+    ctx.state.audited = ctx.state.check = None
+
+
+KIND = JobKind(WorldSizeJob, run_rank)
+
+
+def sequences(cfg: Config, corpus: Corpus) -> list[int]:
+    """A fixed set of training sequences, sorted by length: the plan of the
+    world-size check never depends on W, and contiguous slices stay skewed."""
+    ids = random.Random(cfg.seed + 20).sample(corpus.splits["train"], SEQUENCES)
+    return sorted(ids, key=lambda i: (len(corpus.sequences[i]), i))
+
+
+def plan(cfg: Config, specs: list[str], data_dir: Path, step_timeout: float
+         ) -> dict[int, JobSpec]:
+    """{world size: the job to run at it}."""
+    ids = sequences(cfg, load_corpus(cfg, data_dir))
+    job = WorldSizeJob(specs, ids, cfg.train.batch_size_per_rank, step_timeout)
+    return dict.fromkeys(WORLD_SIZES, job)
+
+
+def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:
+    """Every W's gradients against W = 1's."""
+    found = {w: torch.load(grad_path(out, w, step), weights_only=True) for w in WORLD_SIZES}
+    base = found[1]["grads"][0]
+    errors: dict[str, float | None] = {}
+    passed = True
+    for w, saved in found.items():
+        c = harness.compare_ranks(saved["grads"], base, atol, rtol)
+        errors[f"W={w}"] = c.max_abs_err
+        passed = passed and c.allclose
+    worst = None if any(e is None for e in errors.values()) else max(
+        e for e in errors.values() if e is not None)
+    return CheckResult(
+        passed=passed, max_abs_err=worst, atol=atol, rtol=rtol, errors=errors,
+        note=f"{SEQUENCES} sequences over W = 1, 2, 4; compared with W = 1")

@@ -1,0 +1,9 @@
+"""Report files: the atomic writer, the run header, the logs' reader.
+
+Each job's report dataclass lives beside the job (``course_lib.jobs``);
+``load(out, name)`` finds the class for a report's name.
+"""
+
+from course_lib.reports.store import Report, RunHeader, location_path, report_path
+
+__all__ = ["Report", "RunHeader", "location_path", "report_path"]

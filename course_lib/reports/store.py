@@ -1,0 +1,135 @@
+"""Reports: one dataclass per schema, written and read by that same class.
+
+A report is a frozen dataclass that derives from ``Report`` and names its
+file (``NAME``). ``report.save(out)`` writes ``<out>/reports/<NAME>.json``
+atomically; ``Cls.load(out)`` reads it back as the same class, nested
+dataclasses included. Keys the class does not know are kept in ``extra``
+(the contract welcomes extra keys), so an older or newer report still loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from course_lib.core.files import write_atomically
+
+R = TypeVar("R", bound="Report")
+
+
+def report_path(out: Path, name: str) -> Path:
+    return Path(out) / "reports" / f"{name}.json"
+
+
+def location_path(out: Path) -> Path:
+    """Written on nodes without global rank 0: where its reports went."""
+    return Path(out) / "reports" / "elsewhere.json"
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN: a non-finite float becomes null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """Where a report's numbers were measured: the first keys of most reports."""
+
+    world_size: int
+    backend: str
+    device: str
+    dtype: str
+    nccl_reference_path: bool
+    torch: str
+
+    def fields(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Report:
+    """Base of every report dataclass. Subclasses set ``NAME``, the file stem,
+    and end with ``extra: dict = field(default_factory=dict, repr=False)``."""
+
+    NAME: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)  # type: ignore[call-overload]
+        extra = data.pop("extra", {}) or {}
+        return {**data, **extra}
+
+    def save(self, out: Path, name: str | None = None) -> Path:
+        return write(out, name or self.NAME, self.to_dict())
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        return build(cls, data)
+
+    @classmethod
+    def load(cls: type[R], out: Path, name: str | None = None) -> R:
+        """``<out>/reports/<name or NAME>.json`` as this class."""
+        path = report_path(out, name or cls.NAME)
+        if not path.is_file():
+            raise FileNotFoundError(f"no {path.stem} report in {path.parent} yet")
+        return cls.from_dict(json.loads(path.read_text()))
+
+    @classmethod
+    def exists(cls, out: Path, name: str | None = None) -> bool:
+        return report_path(out, name or cls.NAME).is_file()
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """A dataclass from its JSON: nested dataclasses too, unknown keys in ``extra``."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)} - {"extra"}
+    required = {f.name for f in fields(cls) if f.default is MISSING
+                and f.default_factory is MISSING and f.init}
+    missing = sorted(required - set(data))
+    if missing:
+        raise ValueError(f"{cls.__name__} lacks field {missing[0]!r}")
+    kwargs = {k: _value(hints[k], data[k]) for k in known if k in data}
+    if "extra" in hints:
+        kwargs["extra"] = {k: v for k, v in data.items() if k not in known}
+    return cls(**kwargs)
+
+
+def _value(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # X | None
+        inner = [a for a in args if a is not type(None)]
+        return _value(inner[0], value) if len(inner) == 1 else value
+    if is_dataclass(hint) and isinstance(value, dict):
+        return build(hint, value)  # type: ignore[arg-type]
+    if origin is dict and isinstance(value, dict):
+        return {k: _value(args[1], v) for k, v in value.items()}
+    if origin is list and isinstance(value, list):
+        return [_value(args[0], v) for v in value]
+    return value
+
+
+def write(out: Path, name: str, data: dict[str, Any]) -> Path:
+    """``<out>/reports/<name>.json``, atomically, as strict JSON (NaN -> null).
+    ``Report.save`` writes through here."""
+    path = report_path(out, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_atomically(path, to_json(data).encode())
+
+
+__all__ = ["Report", "RunHeader", "build", "field", "location_path", "report_path",
+           "to_json", "write"]

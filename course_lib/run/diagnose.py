@@ -1,0 +1,154 @@
+"""Why a launch failed: the rank at fault, its last step and its log's tail.
+
+The first line of a ``LaunchError`` names the failed rank and its last step,
+read from the ranks' JSON-lines logs (``reports.logs``) and, when no rank
+left an error of its own, from torchrun's "Root Cause" report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import psutil
+
+from course_lib.reports import logs as rank_logs
+from course_lib.run.runfile import JobSpec
+
+
+class LaunchError(RuntimeError):
+    """A torchrun job failed, timed out or was interrupted.
+
+    The first line of the message names the failed rank and its last step.
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None,
+                 step: int | None = None, job: str | None = None,
+                 log_tail: str = "", interrupted: bool = False):
+        super().__init__(message)
+        self.rank, self.step, self.job = rank, step, job
+        self.log_tail, self.interrupted = log_tail, interrupted
+
+
+def run_dirs(out: Path, jobs: list[JobSpec]) -> list[Path]:
+    """The launch's --out and every other directory its jobs write to."""
+    dirs = [out] + [Path(d) for d in (j.writes_to() for j in jobs) if d]
+    return list(dict.fromkeys(dirs))
+
+
+def _last_step(recs: list[tuple[Path, dict]]) -> int | None:
+    steps = [r["step"] for _, r in recs if r.get("event") == "step"]
+    return steps[-1] if steps else None
+
+
+def _tail_of(path: Path, n: int = 6) -> str:
+    lines = path.read_text(errors="replace").splitlines()[-n:]
+    shown = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            shown.append(line)
+            continue
+        rec.pop("traceback", None)
+        shown.append(json.dumps(rec))
+    return "\n".join(shown)
+
+
+def _root_cause_rank(output: list[str]) -> int | None:
+    text = "\n".join(output)
+    if "Root Cause" not in text:
+        return None
+    for line in text.split("Root Cause", 1)[1].splitlines():
+        if line.strip().startswith("rank"):
+            try:
+                return int(line.split(":", 1)[1].split()[0])
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer")
+
+
+def _culprit(rec: dict, errors: list, output: list[str]) -> int | None:
+    """The rank at fault when the first error only reports another rank's fate.
+
+    A rank may name the ranks that never finished a step (``stuck``). A rank
+    that lost its gloo peer points at the rank torchrun saw die first, when
+    that one left no error of its own (a C++ abort on mismatched collectives).
+    """
+    if rec.get("stuck"):
+        return rec["stuck"][0]
+    if any(p in rec["message"] for p in PEER_LOST):
+        root = _root_cause_rank(output)
+        if root is not None and root not in {r for _, r, _, _ in errors}:
+            return root
+    return None
+
+
+def diagnose(out: Path, jobs: list[JobSpec], since: float, kind: str, why: str,
+             output: list[str], states: dict[int, str] | None = None) -> LaunchError:
+    """Name the failed rank, its last step and the tail of its log.
+
+    ``states``: the workers' process states when the job timed out; a
+    stopped worker is the one that hung the others.
+    """
+    logs = rank_logs.read(run_dirs(out, jobs), since=since)
+    errors = [(rec["time"], rank, path, rec) for rank, recs in logs.items()
+              for path, rec in recs if rec.get("event") == "error"]
+    progress_line = ", ".join(
+        f"rank {r} at step {_last_step(recs)}" for r, recs in sorted(logs.items())
+    )
+    if errors:
+        _, first, path, rec = min(errors, key=lambda e: e[0])
+        same = sorted({r for _, r, _, e in errors if e["message"] == rec["message"]})
+        who = (f"ranks {', '.join(map(str, same))}" if len(same) > 1
+               else f"rank {first}")
+        step = rec.get("step")
+        step = step if step is not None else _last_step(logs.get(first, []))
+        tb = rec.get("traceback", "").strip().splitlines()[-4:]
+        tail = _tail_of(path) + ("\n" + "\n".join(tb) if tb else "")
+        what, culprit = f"failed in {rec['job']}", _culprit(rec, errors, output)
+        if culprit is not None:
+            who, what, first = f"rank {culprit}", what + f" (seen by {who})", culprit
+        at = f" at step {step}" if step is not None else ""
+        msg = f"{who} {what}{at}: {rec['message']} [{why}]"
+        return LaunchError(msg + "\n" + tail, rank=first, step=step, job=rec["job"],
+                           log_tail=tail, interrupted=kind == "interrupt")
+    rank = _root_cause_rank(output)
+    stopped = sorted(r for r, st in (states or {}).items() if st == psutil.STATUS_STOPPED)
+    if stopped:
+        rank = stopped[0]
+        why += f"; rank {rank}'s process was stopped (SIGSTOP), the others waited for it"
+    if rank is None and logs:
+        # Nobody reported an error (timeout, interrupt): name the laggard,
+        # the rank whose last step came first.
+        rank = min(logs, key=lambda r: (_last_step(logs[r]) or 0, logs[r][-1][1]["time"]))
+    step = _last_step(logs.get(rank, [])) if rank is not None else None
+    records = logs.get(rank, []) if rank is not None else []
+    paths = [p for p, _ in records]
+    tail = "\n".join(filter(None, [_tail_of(paths[-1]) if paths else "",
+                                   "--- torchrun output ---", *output[-15:]]))
+    who = f"rank {rank}" if rank is not None else "the job"
+    where = records[-1][1].get("where") if records else None
+    signal_name = _root_cause_signal(output) if kind == "error" else None
+    if signal_name:
+        why = f"killed by {signal_name}; {why}"
+        if signal_name == "SIGABRT":
+            why += " (a C++ abort: often collectives that differ between ranks)"
+    msg = f"{who} failed" + (f" in {where}" if where else "")
+    msg += (f" at step {step}" if step is not None else "") + f": {why}"
+    if progress_line:
+        msg += f" ({progress_line})"
+    return LaunchError(msg + "\n" + tail, rank=rank, step=step, log_tail=tail,
+                       interrupted=kind == "interrupt")
+
+
+def _root_cause_signal(output: list[str]) -> str | None:
+    text = "\n".join(output)
+    if "Root Cause" not in text:
+        return None
+    match = re.search(r"\((SIG[A-Z]+)\)", text.split("Root Cause", 1)[1])
+    return match.group(1) if match else None

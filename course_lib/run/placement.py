@@ -1,0 +1,83 @@
+"""Where a launch runs: the backend, the device and the number of ranks.
+
+``auto`` picks NCCL with one GPU per rank when there are at least W GPUs,
+and otherwise gloo with W processes on the CPU. The check of how many GPUs
+there are never initialises CUDA in this process (NVML), so the forked
+agents and workers can still use it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# torch.cuda.is_available() would initialise the driver, and a process
+# forked after that cannot use CUDA; NVML answers without it.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+
+class BackendError(ValueError):
+    """The requested backend cannot run here."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    backend: str
+    device: str
+    world_size: int
+
+    @property
+    def nccl_reference_path(self) -> bool:
+        return self.backend == "nccl" and self.world_size >= 2
+
+    def describe(self) -> str:
+        what = f"{self.world_size} rank(s), {self.backend} on {self.device}"
+        if self.nccl_reference_path:
+            return what + " (the NCCL reference path)"
+        return what + " (not the NCCL reference path: a CPU/gloo stand-in)"
+
+
+def gpu_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve(backend: str = "auto", world_size: int = 2,
+            device: str = "auto") -> Placement:
+    """auto: NCCL with one GPU per rank when there are >= W GPUs, else gloo/CPU."""
+    gpus = gpu_count()
+    nccl_ok = dist.is_available() and dist.is_nccl_available()
+    if backend == "auto":
+        backend = "nccl" if nccl_ok and gpus >= world_size else "gloo"
+    if backend == "nccl":
+        if not nccl_ok:
+            raise BackendError("--backend nccl: this torch build has no NCCL")
+        if gpus < world_size:
+            raise BackendError(
+                f"--backend nccl: needs {world_size} GPUs (one per rank), found {gpus}"
+            )
+        return Placement("nccl", "cuda", world_size)
+    if backend != "gloo":
+        raise BackendError(f"--backend: expected auto, gloo or nccl, got {backend!r}")
+    if device == "cuda" and gpus == 0:
+        raise BackendError("--device cuda: no GPU is visible")
+    return Placement("gloo", "cuda" if device == "cuda" else "cpu", world_size)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class MultiNode:
+    """Passed through to torchrun; the course never writes its own launcher."""
+
+    nnodes: int
+    node_rank: int
+    rdzv_endpoint: str
+    rdzv_id: str = "course"

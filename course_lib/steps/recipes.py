@@ -1,0 +1,485 @@
+"""The frameworks' recipes, re-implemented from their formulas, as audit steps.
+
+Notation: S = one microbatch's summed token loss, n = its supervised token
+count; M = microbatches per window, W = ranks; N = the window's token count
+over all ranks, N_r = rank r's count; R = rows whose first label is
+supervised. "mean" is DDP's gradient average, "sum" a SUM reduction (a DDP
+comm hook here).
+
+Each recipe is a step (``step(model, microbatches, world_size)``, see
+``steps``) written from the formula that a framework's source implements;
+no framework code is copied. The facts, with the files, functions, PRs and
+commits they come from, are surveyed in the course's research notes on peer
+recipes; ``Recipe.citation`` names the source of each row.
+
+A recipe step returns the sum of the scalars it backpropagated: the loss
+it would log, which tells a NaN loss from a finite one on an empty window.
+The audit ignores the return value.
+
+Pure functions here predict what each recipe trains on a given window
+(``predict``) and classify a measured gradient against the reference one
+(``classify``); ``recipe_audit`` runs them under torchrun.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.core.data import IGNORE_INDEX
+from course_lib.core.model import count_before_shift, count_tokens, supervised_mask
+from course_lib.core.normalize import (
+    Microbatch,
+    global_count,
+    scale_grads,
+    window_count,
+)
+from course_lib.steps.base import StepInfo, backprop_each, with_setup
+from course_lib.steps.catalog import global_token, sum_reduction
+
+# --- the verdicts ----------------------------------------------------------------
+
+EXACT = "exact"
+BIASED = "biased"
+SCALED = "uniformly scaled"
+NON_FINITE = "non-finite"
+
+# What a recipe does with a window that holds no supervised token (N = 0).
+RAISES = "raises"
+ZERO_STEP = "zero step"
+NAN = "NaN"
+
+
+class NonFiniteLossError(RuntimeError):
+    """torchtitan's guard: a non-finite loss stops training before the step."""
+
+
+# --- losses, as the frameworks compute them ---------------------------------------------
+
+
+def _flat(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return logits.flatten(0, 1), labels.flatten()
+
+
+def sum_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """S: cross-entropy with ``ignore_index`` and a SUM reduction (fairseq,
+    HF's ``fixed_cross_entropy``, torchtitan since #2206)."""
+    return F.cross_entropy(*_flat(logits, labels), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+
+
+def mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """S / n: the default mean cross-entropy; NaN when n = 0 (zero gradient)."""
+    return F.cross_entropy(*_flat(logits, labels), ignore_index=IGNORE_INDEX)
+
+
+def masked_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """S, Megatron's way: a cross-entropy on every position times a loss mask.
+
+    The labels under the mask are real token ids there, so the cross-entropy
+    has no ignore_index: dividing this sum by 0 sends NaN into every logit.
+    """
+    mask = supervised_mask(labels)
+    logits, targets = _flat(logits, labels.clamp(min=0))
+    per_token = F.cross_entropy(logits, targets, reduction="none")
+    return (per_token * mask.flatten()).sum()
+
+
+# --- building blocks ----------------------------------------------------------------------
+
+
+def _mean_of_microbatch_means(model: nn.Module, microbatches: Sequence[Microbatch]):
+    """Each microbatch's mean cross-entropy, divided by the microbatches."""
+    steps = len(microbatches)
+    return backprop_each(model, microbatches, lambda lg, lb: mean_ce(lg, lb) / steps)
+
+
+# --- the recipes ------------------------------------------------------------------------
+
+
+def course_rule(model, microbatches, world_size):
+    """The course: count first, each rank backprops W * S_r / N, DDP averages."""
+    global_token(model, microbatches, world_size)
+
+
+def fairseq(model, microbatches, world_size):
+    """fairseq: backprop the raw sum S; after DDP's mean, grads x W / max(N, 1)."""
+    logged = backprop_each(model, microbatches, sum_ce)
+    sample_size = int(global_count(window_count(microbatches)))  # summed over ranks
+    scale_grads(model, world_size / max(sample_size, 1))  # `sample_size or 1.0`
+    return logged
+
+
+def hf_trainer_le_4_45(model, microbatches, world_size):
+    """HF Trainer <= 4.45: the model's mean loss, divided by the accumulation steps."""
+    return _mean_of_microbatch_means(model, microbatches)
+
+
+def hf_trainer_4_46_0(model, microbatches, world_size):
+    """HF Trainer 4.46.0-4.46.1: S over this rank's own window count N_r."""
+    steps = len(microbatches)
+    num_items = window_count(microbatches)  # local, after the shift
+    # The Trainer multiplies by the accumulation steps, accelerate divides again.
+    return backprop_each(model, microbatches,
+                     lambda lg, lb: sum_ce(lg, lb) / num_items * steps / steps)
+
+
+def hf_trainer_avg_tokens(model, microbatches, world_size):
+    """HF Trainer 4.46.2-5.9, average_tokens_across_devices: W * S / N', N'
+    counted before the shift and summed over ranks."""
+    num_items = global_count(torch.stack([count_before_shift(lb)
+                                          for _, lb in microbatches]).sum())
+    return backprop_each(model, microbatches,
+                     lambda lg, lb: sum_ce(lg, lb) / num_items * world_size)
+
+
+def hf_trainer_5_10_1(model, microbatches, world_size):
+    """HF Trainer >= 5.10.1: W * S / N with N counted after the shift."""
+    num_items = global_count(window_count(microbatches))
+    return backprop_each(model, microbatches,
+                     lambda lg, lb: sum_ce(lg, lb) / num_items * world_size)
+
+
+def accelerate_docs(model, microbatches, world_size):
+    """accelerate's guide: S * GA * W / N, then accelerate divides by GA."""
+    steps = len(microbatches)
+    num_items = int(global_count(window_count(microbatches)))  # gathered, .item()
+    return backprop_each(model, microbatches,
+                     lambda lg, lb: sum_ce(lg, lb) * steps * world_size / num_items / steps)
+
+
+def torchtitan_pre_2206(model, microbatches, world_size):
+    """torchtitan before #2206: mean cross-entropy, rescaled by 1 / accumulation."""
+    return _mean_of_microbatch_means(model, microbatches)
+
+
+@with_setup(sum_reduction)
+def torchtitan_fsdp(model, microbatches, world_size):
+    """torchtitan #2206 on FSDP: S / N and a SUM reduction; stops on a NaN loss."""
+    valid = global_count(window_count(microbatches))
+    logged = backprop_each(model, microbatches, lambda lg, lb: sum_ce(lg, lb) / valid)
+    _stop_unless_finite(logged, microbatches)
+    return logged
+
+
+def _stop_unless_finite(logged: float, microbatches: Sequence[Microbatch]) -> None:
+    """Every rank learns whether any rank's loss is non-finite, then all stop."""
+    bad = torch.tensor([0 if math.isfinite(logged) else 1],
+                       device=microbatches[0][1].device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(bad)
+    if int(bad):
+        raise NonFiniteLossError("non-finite loss: training stops before the "
+                                 "optimizer step (torchtitan #4226)")
+
+
+def torchtitan_ddp(model, microbatches, world_size):
+    """torchtitan #2206 on pure DDP: S / N, but DDP still averages over W."""
+    valid = global_count(window_count(microbatches))
+    return backprop_each(model, microbatches, lambda lg, lb: sum_ce(lg, lb) / valid)
+
+
+def megatron_default(model, microbatches, world_size):
+    """Megatron-LM default: masked sum / clamp(n, 1), divided by the microbatches."""
+    steps = len(microbatches)
+    return backprop_each(model, microbatches, lambda lg, lb: masked_sum(lg, lb)
+                     / torch.clamp(count_tokens(lb), min=1) / steps)
+
+
+def megatron_pre_clamp(model, microbatches, world_size):
+    """Megatron-LM default before the clamp: masked sum / n / microbatches."""
+    steps = len(microbatches)
+    return backprop_each(model, microbatches,
+                     lambda lg, lb: masked_sum(lg, lb) / count_tokens(lb) / steps)
+
+
+@with_setup(sum_reduction)
+def megatron_per_token(model, microbatches, world_size):
+    """Megatron-LM calculate_per_token_loss: the masked sum S, a SUM reduction,
+    then grads x 1 / clamp(N, 1) with N counted during the pass."""
+    logged = backprop_each(model, microbatches, masked_sum)
+    total = global_count(window_count(microbatches))  # finalize_model_grads
+    # 1 / N in float64: a float32 reciprocal alone is off by ~1e-8.
+    scale_grads(model, 1.0 / torch.clamp(total, min=1).double())
+    return logged
+
+
+def lightning(model, microbatches, world_size):
+    """PyTorch Lightning: the step's (mean) loss / accumulate_grad_batches."""
+    return _mean_of_microbatch_means(model, microbatches)
+
+
+def nanogpt(model, microbatches, world_size):
+    """nanoGPT train.py: mean cross-entropy / gradient_accumulation_steps."""
+    return _mean_of_microbatch_means(model, microbatches)
+
+
+def deepspeed(model, microbatches, world_size):
+    """DeepSpeed engine.backward: the user's mean loss / GAS (scale_wrt_gas)."""
+    return _mean_of_microbatch_means(model, microbatches)
+
+
+# --- what each recipe trains -------------------------------------------------------------
+
+# How the gradient relates to the reference g* = grad(sum S / N):
+OBJECTIVES = {
+    "token_mean": "sum S / N: the global token mean",
+    "microbatch_means": "a mean of per-microbatch means: exact only when every n is equal",
+    "rank_means": "(1/W) sum_r S_r / N_r: exact only when every N_r is equal",
+    "world_scaled": "sum S / (W * N): the token mean times 1/W",
+    "shift_scaled": "sum S / (N + R): the token mean times N / (N + R)",
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    func: Callable
+    label: str  # short, for tables and plots
+    framework: str
+    versions: str
+    citation: str  # file / function, PR or commit
+    backprop: str  # the scalar each microbatch backprops
+    reduction: str  # how the ranks' gradients are combined
+    objective: str  # a key of OBJECTIVES
+    verdict: str  # one line
+    empty: tuple[str, bool]  # (outcome, loss is finite) on a window with N = 0
+
+    @property
+    def step(self) -> StepInfo:
+        return StepInfo(self.name, self.func, "recipe",
+                        f"{self.framework}, {self.versions}", self.verdict)
+
+    @property
+    def effective(self) -> str:
+        return OBJECTIVES[self.objective]
+
+    @property
+    def predicted_empty(self) -> str:
+        return describe_empty(*self.empty)
+
+
+def describe_empty(outcome: str, loss_finite: bool | None) -> str:
+    """'raises', 'NaN gradients', 'zero step' or 'zero step, NaN loss'."""
+    if outcome == NAN:
+        return "NaN gradients"
+    if outcome == RAISES or loss_finite is None or loss_finite:
+        return outcome
+    return f"{outcome}, NaN loss"
+
+
+def _recipe(func, label, framework, versions, citation, backprop, reduction,
+            objective, verdict, empty) -> Recipe:
+    return Recipe(func.__name__, func, label, framework, versions, citation,
+                  backprop, reduction, objective, verdict, empty)
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    _recipe(course_rule, "this course", "this course", "chapter 04",
+            "course_lib.core.normalize.accumulate_window",
+            "W·S / N", "mean", "token_mean",
+            "exact; an empty window is refused on every rank (EmptyWindowError)",
+            (RAISES, None)),
+    _recipe(fairseq, "fairseq", "fairseq", "since v0.6.0 (2018)",
+            "fairseq/trainer.py Trainer.train_step, FairseqOptimizer.multiply_grads "
+            "(commits 1082ba35, 4a6f89d3)",
+            "S", "mean, then grads × W / max(N, 1)", "token_mean",
+            "exact: sums first, divides by the all-reduced sample size last",
+            (ZERO_STEP, True)),
+    _recipe(hf_trainer_le_4_45, "HF <=4.45", "HF transformers Trainer", "<= 4.45",
+            "transformers/trainer.py Trainer.training_step + accelerate "
+            "Accelerator.backward (loss / GA)",
+            "S / (M·n)", "mean", "microbatch_means",
+            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+    _recipe(hf_trainer_4_46_0, "HF 4.46.0-1", "HF transformers Trainer",
+            "4.46.0-4.46.1",
+            "transformers PR #34191; trainer.py get_batch_samples, "
+            "loss_utils.fixed_cross_entropy",
+            "S / N_r (local window count)", "mean", "rank_means",
+            "biased: each rank's own window mean, averaged over ranks", (ZERO_STEP, False)),
+    _recipe(hf_trainer_avg_tokens, "HF 4.46.2-5.9", "HF transformers Trainer",
+            "4.46.2-5.9 with average_tokens_across_devices (default since 4.54)",
+            "transformers PR #34373 (default: PR #39395); trainer.py "
+            "_get_num_items_in_batch, compute_loss",
+            "W·S / N', N' = N + R", "mean", "shift_scaled",
+            "uniformly scaled by N / (N + R): every token weighs the same, "
+            "but too little", (ZERO_STEP, False)),
+    _recipe(hf_trainer_5_10_1, "HF >=5.10.1", "HF transformers Trainer", ">= 5.10.1",
+            "transformers PR #46204; trainer.py _get_num_items_in_batch (labels[..., 1:])",
+            "W·S / N", "mean", "token_mean", "exact", (ZERO_STEP, False)),
+    _recipe(accelerate_docs, "accelerate docs", "HF accelerate (docs recipe)",
+            "since PR #3193 (2024-12)",
+            "accelerate docs/source/usage_guides/gradient_accumulation.md, PR #3193",
+            "W·S / N (×GA, then ÷GA)", "mean", "token_mean",
+            "exact when N is counted as the loss sees it", (ZERO_STEP, False)),
+    _recipe(torchtitan_pre_2206, "torchtitan <#2206", "torchtitan", "before #2206 (2026-01)",
+            "torchtitan components/loss.py RescaleAccumulatedLoss (before PR #2206)",
+            "S / (M·n)", "mean", "microbatch_means",
+            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+    _recipe(torchtitan_fsdp, "torchtitan FSDP", "torchtitan",
+            "#2206 on FSDP/HSDP (stops on NaN since #4226)",
+            "torchtitan PR #2206 train_step (global_valid_tokens), "
+            "disable_fsdp_gradient_division; PR #4226 (loss_is_finite)",
+            "S / N", "sum (gradient divide factor 1)", "token_mean",
+            "exact: a SUM reduction needs no W", (RAISES, None)),
+    _recipe(torchtitan_ddp, "torchtitan DDP", "torchtitan",
+            "#2206 on pure DDP, until #2458 (2026-03)",
+            "torchtitan PR #2206 with apply_ddp (replicate averages); "
+            "documented in PR #2323, fixed by PR #2458",
+            "S / N", "mean", "world_scaled",
+            "uniformly scaled by 1/W: DDP averages what was already a global mean",
+            (ZERO_STEP, False)),
+    _recipe(megatron_default, "Megatron default", "Megatron-LM",
+            "default (calculate_per_token_loss=False)",
+            "megatron/core/pipeline_parallel/schedules.py forward_step_calc_loss "
+            "(clamp: commit 1aef9f8eff)",
+            "S / (M·max(n, 1))", "mean", "microbatch_means",
+            "biased: a mean of microbatch means", (ZERO_STEP, True)),
+    _recipe(megatron_pre_clamp, "Megatron pre-clamp", "Megatron-LM",
+            "default, 2024-05 to 2025-09 (before commit 1aef9f8eff)",
+            "megatron/core/pipeline_parallel/schedules.py forward_step_calc_loss "
+            "(commits 795b45cc0e..1aef9f8eff)",
+            "S / (M·n), S masked multiplicatively", "mean", "microbatch_means",
+            "biased; one microbatch with n = 0 turns every gradient into NaN",
+            (NAN, False)),
+    _recipe(megatron_per_token, "Megatron per-token", "Megatron-LM",
+            "calculate_per_token_loss=True",
+            "megatron/core/distributed/finalize_model_grads.py finalize_model_grads "
+            "(commit 795b45cc0e)",
+            "S", "sum, then grads × 1 / clamp(N, 1)", "token_mean",
+            "exact: sums, then divides by the all-reduced count", (ZERO_STEP, True)),
+    _recipe(lightning, "Lightning", "PyTorch Lightning", "accumulate_grad_batches",
+            "lightning loops/optimization/automatic.py "
+            "ClosureResult.from_training_step_output (normalize)",
+            "mean CE / M", "mean", "microbatch_means",
+            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+    _recipe(nanogpt, "nanoGPT", "nanoGPT", "train.py (HEAD 3adf61e)",
+            "karpathy/nanoGPT train.py (loss / gradient_accumulation_steps)",
+            "(S / n) / M", "mean", "microbatch_means",
+            "exact only while every n is equal (no masking)", (ZERO_STEP, False)),
+    _recipe(deepspeed, "DeepSpeed", "DeepSpeed", "engine.backward, scale_wrt_gas=True",
+            "deepspeed/runtime/engine.py DeepSpeedEngine.backward (_scale_loss_by_gas)",
+            "(S / n) / M", "mean", "microbatch_means",
+            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+)}
+
+
+# --- predictions: pure functions of the window's counts ------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowShape:
+    """The counts of one window that decide what each recipe trains."""
+
+    microbatch_tokens: list[list[int]]  # [rank][micro] -> n
+    first_label_rows: int  # R: rows whose first label is supervised
+
+    @property
+    def world_size(self) -> int:
+        return len(self.microbatch_tokens)
+
+    @property
+    def local_tokens(self) -> list[int]:
+        return [sum(rank) for rank in self.microbatch_tokens]
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.local_tokens)
+
+
+def window_shape(microbatches_per_rank: Sequence[Sequence[Microbatch]]) -> WindowShape:
+    """Counts from every rank's microbatches (labels only)."""
+    return WindowShape(
+        [[int(count_tokens(lb)) for _, lb in rank] for rank in microbatches_per_rank],
+        sum(int(count_tokens(lb[:, :1])) for rank in microbatches_per_rank
+            for _, lb in rank))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    verdict: str
+    factor: float | None = None  # the uniform scale, when there is one
+
+
+def predict(objective: str, shape: WindowShape) -> Prediction:
+    """What a recipe with this effective objective gives on this window."""
+    if objective == "token_mean":
+        return Prediction(EXACT)
+    if objective == "microbatch_means":
+        counts = {n for rank in shape.microbatch_tokens for n in rank}
+        return Prediction(EXACT if len(counts) == 1 else BIASED)
+    if objective == "rank_means":
+        return Prediction(EXACT if len(set(shape.local_tokens)) == 1 else BIASED)
+    if objective == "world_scaled":
+        w = shape.world_size
+        return Prediction(EXACT) if w == 1 else Prediction(SCALED, 1.0 / w)
+    if objective == "shift_scaled":
+        n, r = shape.tokens, shape.first_label_rows
+        return Prediction(EXACT) if r == 0 else Prediction(SCALED, n / (n + r))
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def trains_the_token_mean(name: str) -> bool:
+    """True when the recipe's gradient is the global token mean's on any window."""
+    return RECIPES[name].objective == "token_mean"
+
+
+# --- measurements: a gradient against the reference ---------------------------------------
+
+# ||g - g*|| / ||g*|| below this is exact (float32 rounding sits near 1e-7).
+EXACT_TOL = {"float32": 1e-5, "float64": 1e-10}
+FACTOR_RTOL = 1e-6  # measured vs predicted uniform scale, relative
+
+
+@dataclass(frozen=True)
+class Measured:
+    relative_error: float | None  # ||g - g*|| / ||g*||
+    scale: float | None  # least squares: <g, g*> / <g*, g*>
+    residual: float | None  # ||g - scale * g*|| / ||g*||: 0 when collinear
+    verdict: str
+    factor: float | None  # the scale, when the gradient is uniformly scaled
+
+
+def classify(grad: torch.Tensor, ref: torch.Tensor, tol: float) -> Measured:
+    """Exact, uniformly scaled (collinear with g*), biased, or non-finite."""
+    g, r = grad.double().flatten(), ref.double().flatten()
+    if not bool(torch.isfinite(g).all()):
+        return Measured(None, None, None, NON_FINITE, None)
+    norm = float(r.norm())
+    rel = float((g - r).norm()) / norm
+    scale = float(g @ r) / float(r @ r)
+    residual = float((g - scale * r).norm()) / norm
+    if rel <= tol:
+        return Measured(rel, scale, residual, EXACT, None)
+    if residual <= tol:
+        return Measured(rel, scale, residual, SCALED, scale)
+    return Measured(rel, scale, residual, BIASED, None)
+
+
+def matches(measured: Measured, predicted: Prediction,
+            factor_rtol: float = FACTOR_RTOL) -> bool:
+    if measured.verdict != predicted.verdict:
+        return False
+    if predicted.verdict == SCALED:
+        if measured.factor is None or predicted.factor is None:
+            return False
+        return abs(measured.factor / predicted.factor - 1.0) <= factor_rtol
+    return True
+
+
+def empty_outcome(raised: bool, grads: Sequence[torch.Tensor]) -> str:
+    """raises, NaN (any non-finite component on any rank), zero step, or
+    'nonzero step' (a gradient from no token: never expected)."""
+    if raised:
+        return RAISES
+    if not all(bool(torch.isfinite(g).all()) for g in grads):
+        return NAN
+    if all(not bool(g.any()) for g in grads):
+        return ZERO_STEP
+    return "nonzero step"
