@@ -4,6 +4,7 @@ import shutil
 import pytest
 
 from course_lib.core import data
+from course_lib.core.data import corpus as corpus_mod
 from tests.conftest import ROOT, course_lib_cli
 
 
@@ -38,7 +39,7 @@ def test_prepare_exits_1_when_the_committed_corpus_was_edited(cfg, tmp_path):
     assert "lock" in proc.stderr
     # A consistent edit (data + lock) is still caught: regeneration differs.
     lock = json.loads(lock_path.read_text())
-    lock["sha256"] = data._sha256(data_path.read_bytes())
+    lock["sha256"] = corpus_mod._sha256(data_path.read_bytes())
     lock_path.write_text(json.dumps(lock))
     with pytest.raises(data.DataLockError, match="differs from the committed"):
         data.prepare(cfg, tmp_path / "data")

@@ -161,5 +161,5 @@ def launch(run: RunFile, launch_now: Callable[[Progress | None], LaunchResult],
         f"replayed: an identical launch already ran in this session ({ENV})\n")
     world_size = run.config["train"]["world_size"]
     LaunchRecord(wall, seconds, world_size, [tag(j) for j in run.jobs], 0,
-                 replayed=True, path="replayed").append_to(out)
+                 path="replayed").append_to(out)
     return LaunchResult(0, seconds, resolve(run.backend, world_size, run.device))

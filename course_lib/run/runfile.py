@@ -79,8 +79,13 @@ class LaunchRecord:
     world_size: int
     jobs: list[str]
     returncode: int
-    replayed: bool = False  # copied from an identical launch (_testing/replay.py)
-    path: str = "forkserver"  # how torchrun started: "forkserver" or "plain"
+    # How torchrun started: "forkserver" or "plain"; "replayed" when a test
+    # session copied an identical launch instead (_testing/replay.py).
+    path: str = "forkserver"
+
+    @property
+    def replayed(self) -> bool:
+        return self.path == "replayed"
 
     def append_to(self, out: Path) -> None:
         path = Path(out) / "logs" / "launches.jsonl"
