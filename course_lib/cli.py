@@ -207,7 +207,7 @@ def cmd_train(args) -> int:
                     resume=Path(args.resume) if args.resume else None,
                     **_launch_kw(args))
     latest = checkpoint.latest_valid(run_dir)
-    restarts = [{k: r[k] for k in ("restart", "resumed_from_step") if k in r}
+    restarts = [{"restart": r.restart, "resumed_from_step": r.resumed_from_step}
                 for r in elastic.read_restarts([run_dir])]
     _print({"run_dir": str(run_dir), "latest_checkpoint": str(latest),
             "restarts": restarts})

@@ -124,7 +124,8 @@ def test_audit_report_round_trips(tmp_path):
                                 errors={"update 1": 0.5}, note="x")
     report = AuditReport(
         step="s", kind="bug", description="d", world_size=2, backend="gloo",
-        device="cpu", dtype="float32", compared_values=3,
+        device="cpu", dtype="float32", nccl_reference_path=False, torch="2.x",
+        compared_values=3,
         checks={"parity": check, "no_sync": dataclasses.replace(
             check, passed=True, max_abs_err=None, agree_after_micro=[False, True])},
         passed=False)

@@ -147,7 +147,7 @@ def test_restart_records_are_read_back_in_order(tmp_path):
                    + "cut by SIGK\n"
                    + json.dumps({"restart": 1, "resumed_from_step": 15, "time": 1.0}) + "\n")
     got = elastic.read_restarts([tmp_path])
-    assert [(r["restart"], r["resumed_from_step"]) for r in got] == [(1, 15), (2, 40)]
+    assert [(r.restart, r.resumed_from_step) for r in got] == [(1, 15), (2, 40)]
     elastic.clear([tmp_path])
     assert elastic.read_restarts([tmp_path]) == []
 

@@ -23,7 +23,7 @@ from course_lib.jobs import world_size
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report
+from course_lib.reports.store import Report, RunHeader
 from course_lib.run.runfile import JobSpec
 from course_lib.steps import BUILTIN, StepInfo, load
 
@@ -44,15 +44,11 @@ class AuditJob(JobSpec):
 
 
 @dataclass(frozen=True)
-class AuditReport(Report):
+class AuditReport(RunHeader, Report):
     NAME: ClassVar[str] = "audit"  # saved as audit-<step>: see file_name
     step: str
     kind: str
     description: str
-    world_size: int
-    backend: str
-    device: str
-    dtype: str
     compared_values: int
     checks: dict[str, CheckResult]
     passed: bool
@@ -74,12 +70,8 @@ class BugRow:
 
 
 @dataclass(frozen=True)
-class BugsReport(Report):
+class BugsReport(RunHeader, Report):
     NAME: ClassVar[str] = "bugs"
-    world_size: int
-    backend: str
-    device: str
-    dtype: str
     checks: list[str]
     steps: dict[str, BugRow]
     every_bug_caught: bool
@@ -101,9 +93,8 @@ def run_rank(ctx: RankContext, spec: AuditJob) -> None:
         if ctx.rank == 0:
             results = {k: v for k, v in found.items() if v is not None}
             AuditReport(
+                **ctx.header().fields(),
                 step=step.name, kind=step.kind, description=step.description,
-                world_size=ctx.world_size, backend=ctx.backend,
-                device=ctx.device.type, dtype=ctx.cfg.train.dtype,
                 compared_values=int(harness.parity_reference(ctx).grad.numel()),
                 checks=results, passed=all(c.passed for c in results.values()),
             ).save(ctx.out, AuditReport.file_name(step.name))
@@ -217,8 +208,7 @@ def bugs(cfg: Config, out: Path, **kw: Any) -> BugsReport:
             max_abs_err={c: r.max_abs_err for c, r in report.checks.items()})
     first = next(iter(found.values()))
     result = BugsReport(
-        world_size=first.world_size, backend=first.backend, device=first.device,
-        dtype=first.dtype, checks=list(checks.NAMES), steps=rows,
+        **RunHeader.of(first).fields(), checks=list(checks.NAMES), steps=rows,
         every_bug_caught=all(r.caught_by for r in rows.values() if r.kind == "bug"),
         no_false_alarm=not any(r.caught_by for r in rows.values()
                                if r.kind == "correct"))

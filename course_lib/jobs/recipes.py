@@ -31,7 +31,7 @@ from course_lib.jobs.audit import AuditInputError, audit, parse_checks
 from course_lib.jobs.kind import JobKind
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report
+from course_lib.reports.store import Report, RunHeader
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import (
     EXACT_TOL,
@@ -118,12 +118,8 @@ class RecipeRow:
 
 
 @dataclass(frozen=True)
-class RecipesReport(Report):
+class RecipesReport(RunHeader, Report):
     NAME: ClassVar[str] = "recipes"
-    world_size: int
-    backend: str
-    device: str
-    dtype: str
     checks: list[str]
     regimes: dict[str, RegimeInfo]
     recipes: dict[str, RecipeRow]
@@ -237,8 +233,7 @@ def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
             global_tokens=shapes[name].tokens,
             first_label_rows=shapes[name].first_label_rows) for name, r in found.items()}
         RecipesReport(
-            world_size=ctx.world_size, backend=ctx.backend, device=ctx.device.type,
-            dtype=ctx.cfg.train.dtype, checks=[], regimes=info, recipes=rows,
+            **ctx.header().fields(), checks=[], regimes=info, recipes=rows,
             every_prediction_holds=all(row.matches for row in rows.values())).save(ctx.out)
 
 

@@ -23,6 +23,24 @@ def rank_of(path: Path) -> int | None:
         return None
 
 
+def lines(path: Path) -> list[Record]:
+    """Every record of one JSON-lines file; a line cut short (a writer killed
+    mid-line) or not an object is skipped, and a missing file has none."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            found.append(rec)
+    return found
+
+
 def read(dirs: Path | Iterable[Path], job: str = "*", since: float | None = None
          ) -> dict[int, list[tuple[Path, Record]]]:
     """{rank: [(log file, record), ...]} in time order, for one job or all.
@@ -35,20 +53,11 @@ def read(dirs: Path | Iterable[Path], job: str = "*", since: float | None = None
     for d in dirs:
         for path in sorted((d / "logs").glob(f"{job}-rank*.jsonl")):
             rank = rank_of(path)
-            try:
-                lines = path.read_text(errors="replace").splitlines()
-            except OSError:
-                continue
             if rank is None:
                 continue
-            for line in lines:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("time"), (int, float)):
-                    continue
-                if since is None or rec["time"] >= since:
+            for rec in lines(path):
+                if isinstance(rec.get("time"), (int, float)) and (
+                        since is None or rec["time"] >= since):
                     by_rank.setdefault(rank, []).append((path, rec))
     for recs in by_rank.values():
         recs.sort(key=lambda pr: pr[1]["time"])

@@ -58,7 +58,13 @@ class RunHeader:
     torch: str
 
     def fields(self) -> dict[str, Any]:
-        return asdict(self)
+        """The header's keys, to spread into a report: ``Report(**h.fields(), ...)``."""
+        return {f.name: getattr(self, f.name) for f in fields(RunHeader)}
+
+    @classmethod
+    def of(cls, report: RunHeader) -> RunHeader:
+        """The header part of a report that has one."""
+        return cls(**RunHeader.fields(report))
 
 
 class Report:

@@ -11,11 +11,12 @@ launch starts and reports its lines afterwards.
 
 from __future__ import annotations
 
-import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.core import checkpoint
+from course_lib.reports import logs
 
 LAUNCHED_AT = "COURSE_LAUNCHED_AT"  # set by the launcher: time.time() at start
 RESTARTS_LOG = "restarts.jsonl"
@@ -49,22 +50,29 @@ def log_path(run_dir: Path) -> Path:
     return Path(run_dir) / "logs" / RESTARTS_LOG
 
 
-def read_restarts(run_dirs: list[Path]) -> list[dict]:
+@dataclass(frozen=True)
+class Restart:
+    """One line of ``restarts.jsonl``: torchrun's restart number ``restart``
+    of the ``run``, which resumed from this step (0: from scratch)."""
+
+    run_dir: str
+    restart: int
+    run: str
+    resumed_from_step: int
+    time: float
+
+
+def read_restarts(run_dirs: list[Path]) -> list[Restart]:
     """Every restart logged in ``run_dirs``, oldest first; unreadable lines skipped."""
     found = []
     for run_dir in run_dirs:
-        try:
-            lines = log_path(run_dir).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
+        for rec in logs.lines(log_path(run_dir)):
             try:
-                rec = json.loads(line)
-            except ValueError:
+                found.append(Restart(str(run_dir), int(rec["restart"]), str(rec.get("run", "")),
+                                     int(rec["resumed_from_step"]), float(rec["time"])))
+            except (KeyError, TypeError, ValueError):
                 continue
-            if isinstance(rec, dict):
-                found.append({"run_dir": str(run_dir), **rec})
-    return sorted(found, key=lambda r: (r.get("time", 0), r.get("restart", 0)))
+    return sorted(found, key=lambda r: (r.time, r.restart))
 
 
 def clear(run_dirs: list[Path]) -> None:

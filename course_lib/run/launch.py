@@ -125,8 +125,7 @@ class LaunchResult:
     seconds: float
     placement: Placement
     output: list[str] = field(default_factory=list)
-    # One record per torchrun restart: {"restart", "run", "resumed_from_step", ...}
-    restarts: list[dict] = field(default_factory=list)
+    restarts: list[elastic.Restart] = field(default_factory=list)  # one per torchrun restart
     command: str = ""  # the plain torchrun command, as shown()
 
 
