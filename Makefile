@@ -33,10 +33,11 @@ course: $(STAMP)
 # spreads a notebook's cells over its workers (its loadgroup mode does not
 # group them under pytest 9); with a scheduler of our own it ran no faster
 # than these two lanes. COURSE_REPLAY: a launch both lanes run happens once
-# (course_lib/replay.py). The first lane's report prints last.
+# (course_lib/_testing/replay.py). The first lane's report prints last.
 LANE := notebooks tests/test_faults.py tests/test_widgets.py
 # A job started with & by a non-interactive shell ignores SIGINT, and so would
-# everything it starts (Ctrl-C, and the interrupt tests); restore the default.
+# everything it starts (Ctrl-C, and the interrupt tests); restore the default
+# in both lanes, so that `make test &` from a script tests the same thing.
 SIGINT_DFL := $(BIN)/python -c 'import os, signal, sys; \
 	signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
 
@@ -47,7 +48,7 @@ test: $(STAMP)
 	@mkdir -p runs
 	@export COURSE_REPLAY=$$(mktemp -d); \
 	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) > runs/lane.log 2>&1 & lane=$$!; \
-	$(BIN)/python -m pytest tests $(LANE:%=--ignore=%); rest=$$?; \
+	$(SIGINT_DFL) $(BIN)/python -m pytest tests $(LANE:%=--ignore=%); rest=$$?; \
 	wait $$lane; first=$$?; \
 	echo "--- $(LANE) ---"; cat runs/lane.log; \
 	rm -rf "$$COURSE_REPLAY"; exit $$(( rest || first ))

@@ -68,7 +68,6 @@ _EXPORTS: dict[str, str] = {
     "summary": "course_lib.course.api:summary",
     "run_all": "course_lib.course.api:run_all",
     "reports": "course_lib.reports",
-    "protocol": "course_lib.course.api",
 }
 
 __all__ = sorted(_EXPORTS)
