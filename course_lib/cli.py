@@ -17,7 +17,10 @@ from course_lib.core import arithmetic, checkpoint, paths
 from course_lib.core.config import ConfigError
 from course_lib.core.data import DataLockError, lock_record, make_plan
 from course_lib.course import api
+from course_lib.frameworks import UnknownFramework
+from course_lib.frameworks.models import UnknownModel
 from course_lib.jobs import audit as audits
+from course_lib.jobs import frameworks as fw_job
 from course_lib.jobs import recipes as recipe_audit
 from course_lib.jobs.exercise import exercise
 from course_lib.jobs.kind import ReportElsewhere
@@ -165,6 +168,10 @@ def cmd_parity(args) -> int:
 def cmd_audit(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
+    if (args.step is None) == (args.trainer is None):
+        raise BadInput("audit: give --step SPEC or --trainer SPEC (one of them)")
+    if args.trainer is not None:
+        return _audit_trainer(args, cfg, out)
     names = audits.parse_checks(args.checks)
     found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype, **_launch_kw(args))
     (report,) = found.values()
@@ -173,6 +180,25 @@ def cmd_audit(args) -> int:
     if not report.passed:
         failed = [c for c, r in report.checks.items() if not r.passed]
         raise CheckFailed(f"{report.step} fails {', '.join(failed)}")
+    return 0
+
+
+def own_trainer_flag(reason: str) -> bool:
+    """A row not run because the learner's function was bad input."""
+    return reason.startswith("StepSpecError: --trainer:")
+
+
+def _audit_trainer(args, cfg, out: Path) -> int:
+    found = fw_job.audit_trainer(cfg, out, args.trainer, args.model or "llama",
+                                 **_launch_kw(args))
+    print(fw_job.describe(found))
+    name = args.trainer.rpartition(":")[2]
+    print(f"report: {report_path(out, f'audit-trainer-{name}')}")
+    (row,) = found.rows
+    if row.verdict == fw_job.NOT_RUN and own_trainer_flag(row.reason):
+        raise BadInput(row.reason.split(": ", 1)[1])  # it returned no Trainer
+    if row.verdict != "exact":
+        raise CheckFailed(f"{args.trainer}: {row.verdict}, nearest formula: {row.matches}")
     return 0
 
 
@@ -197,6 +223,20 @@ def cmd_recipes(args) -> int:
     if not report.every_prediction_holds:
         off = [n for n, row in report.recipes.items() if not row.matches]
         raise CheckFailed(f"not as predicted: {', '.join(off)}")
+    return 0
+
+
+def cmd_frameworks(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    names = fw_job.parse_names(args.framework, fw_job.DEFAULT_FRAMEWORKS, "framework")
+    model_types = fw_job.parse_names(args.model, fw_job.DEFAULT_MODELS, "model")
+    report = fw_job.audit_frameworks(cfg, out, names, model_types, **_launch_kw(args))
+    print(fw_job.describe(report))
+    print(f"report: {report_path(out, fw_job.FrameworksReport.NAME)}")
+    missing = sorted({r.reason for r in report.rows if r.verdict == fw_job.NOT_RUN})
+    if missing:
+        raise CheckFailed("not run: " + "; ".join(missing))
     return 0
 
 
@@ -381,8 +421,14 @@ def build_parser() -> Parser:
     p.add_argument("--dry-run", action="store_true")
     p = add("audit", cmd_audit, "audit a step function by named checks -> "
             "reports/audit-<step>.json", True)
-    p.add_argument("--step", required=True, metavar="SPEC",
+    p.add_argument("--step", default=None, metavar="SPEC",
                    help="a built-in name, package.module:function or file.py:function")
+    p.add_argument("--trainer", default=None, metavar="SPEC",
+                   help="file.py:make_trainer or module:function: make_trainer(model, "
+                   "train_dataset) returns your transformers.Trainer")
+    p.add_argument("--model", default=None, metavar="MODEL_TYPE",
+                   help="with --trainer: the model class, a transformers model_type "
+                   "(default llama)")
     p.add_argument("--checks", default=None, metavar="a,b,...",
                    help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
@@ -394,6 +440,12 @@ def build_parser() -> Parser:
     p.add_argument("--checks", default=None, metavar="a,b,...",
                    help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
+    p = add("frameworks", cmd_frameworks, "the real training loops of the installed "
+            "frameworks, audited -> reports/frameworks.json", True)
+    p.add_argument("--framework", default=None, metavar="a,b,...",
+                   help="default: " + ",".join(fw_job.DEFAULT_FRAMEWORKS))
+    p.add_argument("--model", default=None, metavar="a,b,...",
+                   help="transformers model_types; default: " + ",".join(fw_job.DEFAULT_MODELS))
     p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
     p.add_argument("--exercise-config", default="configs/exercise.yaml")
     return parser
@@ -417,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         _validate(args)
         return args.func(args)
     except (BadInput, ConfigError, BackendError, checkpoint.CheckpointError,
-            DataLockError, steps.StepSpecError, audits.AuditInputError) as exc:
+            DataLockError, steps.StepSpecError, audits.AuditInputError,
+            UnknownFramework, UnknownModel) as exc:
         print(f"course-lib: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. --out not writable, disk full, run dir in use

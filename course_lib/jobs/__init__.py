@@ -10,6 +10,7 @@ from course_lib.jobs import (
     audit,
     bench,
     exercise,
+    frameworks,
     parity,
     recipes,
     resume,
@@ -30,6 +31,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     audit.KIND,
     world_size.KIND,
     recipes.KIND,
+    frameworks.KIND,
 )}
 SPECS: dict[str, type[JobSpec]] = {tag: k.spec for tag, k in KINDS.items()}
 

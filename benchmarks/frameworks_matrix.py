@@ -1,0 +1,142 @@
+"""The version matrix: each pinned framework version, from the package
+registry, in a venv of its own, audited by ``course-lib frameworks``.
+
+    .venv/bin/python benchmarks/frameworks_matrix.py            # every entry
+    .venv/bin/python benchmarks/frameworks_matrix.py --only transformers-5.10.1
+
+Each entry gets ``runs/matrix/<name>/venv``: the pinned versions installed by
+pip into it, in front of this checkout's ``.venv`` (a ``.pth`` adds the
+latter's site-packages after the entry's own), so torch and the course are
+shared and the framework versions are exactly the pinned ones. A venv that
+is already there is reused. An entry pip cannot install (no such version, an
+incompatible pair) is ``not run`` with pip's reason in one line. Writes
+``data/frameworks-matrix.json`` (committed), with the date, the torch version
+and this command. Not part of ``make test``: it downloads and installs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "runs" / "matrix"
+MATRIX = ROOT / "data" / "frameworks-matrix.json"
+
+# name -> (pins, frameworks audited). The transformers versions are the
+# boundaries the research notes name; each with an accelerate and a datasets
+# of its time (a newer datasets, shared from .venv, needs a newer hub).
+ENTRIES: dict[str, tuple[list[str], str]] = {
+    "transformers-4.45.2": (["transformers==4.45.2", "accelerate==1.0.1", "datasets<4"],
+                            "hf"),
+    "transformers-4.46.0": (["transformers==4.46.0", "accelerate==1.0.1", "datasets<4"],
+                            "hf"),
+    "transformers-4.46.2": (["transformers==4.46.2", "accelerate==1.1.1", "datasets<4"],
+                            "hf"),
+    "transformers-4.46.3": (["transformers==4.46.3", "accelerate==1.1.1", "datasets<4"],
+                            "hf"),
+    "transformers-4.54.1": (["transformers==4.54.1", "accelerate==1.9.0", "datasets<4.1"],
+                            "hf"),
+    "transformers-5.9.0": (["transformers==5.9.0", "accelerate==1.12.0"], "hf"),
+    "transformers-5.10.1": (["transformers==5.10.1", "accelerate==1.12.0"], "hf"),
+    "transformers-5.15.1": (["transformers==5.15.1", "accelerate==1.13.0"], "hf"),
+    "transformers-5.24.0": (["transformers==5.24.0", "accelerate==1.15.0"], "hf,accelerate"),
+    "lightning-2.6.6": (["lightning==2.6.6"], "lightning"),
+    "lightning-2.4.0": (["lightning==2.4.0"], "lightning"),
+    "trl-1.16.0": (["trl==1.16.0", "transformers==5.24.0", "accelerate==1.15.0"], "trl"),
+    "trl-0.19.1": (["trl==0.19.1", "transformers==4.54.1", "accelerate==1.9.0",
+                    "datasets<4.1"], "trl"),
+}
+MODELS = "gpt2,llama"
+
+
+def venv(name: str) -> Path:
+    """The entry's venv, made once, in front of this checkout's .venv."""
+    home = OUT / name / "venv"
+    python = home / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
+        site = Path(sysconfig.get_paths(vars={"base": str(home), "platbase": str(home)})
+                    ["purelib"])
+        shared = sysconfig.get_paths()["purelib"]
+        (site / "zz-course-shared.pth").write_text(
+            f"import site; site.addsitedir({shared!r})\n")
+    return python
+
+
+def install(name: str, pins: list[str]) -> str | None:
+    """None when the pins are installed, else pip's reason in one line."""
+    python = venv(name)
+    stamp = OUT / name / "installed.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == pins:
+        return None
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                           "--quiet", "--disable-pip-version-check", *pins],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [x.strip() for x in proc.stderr.splitlines()
+                 if x.strip().startswith("ERROR") or "conflict" in x.lower()]
+        return (lines[0] if lines else proc.stderr.strip().splitlines()[-1])[:300]
+    stamp.write_text(json.dumps(pins))
+    return None
+
+
+def audit(name: str, frameworks: str) -> tuple[list[dict], str]:
+    python = venv(name)
+    out = OUT / name / "out"
+    cmd = [str(python), "-m", "course_lib", "frameworks", "--framework", frameworks,
+           "--model", MODELS, "--out", str(out), "--timeout", "600"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    report = out / "reports" / "frameworks.json"
+    if not report.exists() or proc.returncode == 2:
+        why = (proc.stderr.strip().splitlines() or ["no report"])[-1][:300]
+        return [], why
+    return json.loads(report.read_text())["rows"], ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=None, help="comma-separated entry names")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(ENTRIES)
+    import torch
+
+    previous = json.loads(MATRIX.read_text()) if MATRIX.exists() else {"entries": {}}
+    entries = dict(previous.get("entries", {}))
+    for name in names:
+        pins, frameworks = ENTRIES[name]
+        started = time.monotonic()
+        reason = install(name, pins)
+        rows: list[dict] = []
+        if reason is None:
+            rows, reason = audit(name, frameworks)
+        entries[name] = {"pins": pins, "frameworks": frameworks,
+                         "status": "not run" if reason else "measured",
+                         "reason": reason or "", "rows": rows}
+        verdicts = ", ".join(f"{r['model']} {r['verdict']}" for r in rows) or reason
+        print(f"{name:<22} {time.monotonic() - started:6.1f} s  {verdicts}", flush=True)
+    doc = {
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "command": "python benchmarks/frameworks_matrix.py"
+                   + (f" --only {args.only}" if args.only else ""),
+        "models": MODELS.split(","),
+        "entries": {n: entries[n] for n in ENTRIES if n in entries},
+        # The same rows as reports/frameworks.json, each with its entry's name.
+        "rows": [{"entry": n, **row} for n in ENTRIES if n in entries
+                 for row in entries[n]["rows"]],
+    }
+    MATRIX.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {MATRIX.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The frameworks' own training loops, audited: adapters that feed a real
+Hugging Face Trainer, accelerate loop, Lightning Trainer or TRL trainer the
+skewed window, under the course's torchrun job, and capture every rank's
+gradient just before the optimizer step through the framework's own hooks.
+
+Nothing of a framework is patched: only its data is ours. Each adapter
+module imports its framework inside its functions, so the rest of the
+course never pays for it. A new framework is one module with an
+``ADAPTER`` plus its entry in ``ADAPTERS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from course_lib.frameworks.window import Microbatch, Window, WindowShape
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One configuration, as every rank runs it."""
+
+    framework: str
+    model: str  # a transformers model_type
+    flags: dict[str, Any]
+    shape: WindowShape
+    workdir: Path  # scratch space for the framework's own outputs
+    backend: str
+    device: torch.device
+    rank: int
+    world_size: int
+    lr: float = 0.1
+    # The same window for another (batch size, accumulation): a learner's
+    # Trainer decides its own.
+    rebuild: Callable[[int, int], Window] | None = None
+
+
+@dataclass
+class Captured:
+    grad: torch.Tensor  # this rank's flat gradient, just before the first optimizer step
+    seen: list[Microbatch] = field(default_factory=list)  # what the model was fed
+    precision: str = "float32"  # what the framework computed in: float32 or bfloat16
+    notes: list[str] = field(default_factory=list)  # what else shaped this gradient
+
+
+class Adapter(Protocol):
+    package: str  # the distribution pip installs
+    variants: tuple[dict[str, Any], ...]  # the flag sets audited by default
+
+    def supports(self, flags: dict[str, Any]) -> bool:
+        """Whether the installed version knows these flags."""
+        ...
+
+    def prepare(self, setup: Setup, model: torch.nn.Module, window: Window
+                ) -> Callable[[], Captured]:
+        """Build the framework's objects (what a bad configuration refuses),
+        without any collective; the returned function trains and captures."""
+        ...
+
+
+# name -> module defining ADAPTER
+ADAPTERS: dict[str, str] = {
+    "hf": "course_lib.frameworks.hf",
+    "accelerate": "course_lib.frameworks.accel",
+    "lightning": "course_lib.frameworks.lightning_loop",
+    "trl": "course_lib.frameworks.trl_sft",
+    "trainer": "course_lib.frameworks.own_trainer",  # a learner's: `audit --trainer`
+}
+
+
+class UnknownFramework(ValueError):
+    """A --framework that has no adapter."""
+
+
+def adapter(name: str) -> Adapter:
+    if name not in ADAPTERS:
+        raise UnknownFramework(f"--framework: unknown framework {name!r} "
+                               f"(choose from {', '.join(ADAPTERS)})")
+    return importlib.import_module(ADAPTERS[name]).ADAPTER
+
+
+def installed(package: str) -> str | None:
+    """The installed version of ``package``, or None."""
+    if importlib.util.find_spec(package.replace("-", "_")) is None:
+        return None
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def train_and_capture(model: torch.nn.Module, train: Callable[[], Any],
+                      grad: Callable[[], torch.Tensor | None], what: str,
+                      precision: str = "float32", notes: tuple[str, ...] = ()) -> Captured:
+    """Run ``train()`` while recording the model's inputs; then the gradient
+    ``grad()`` kept at the first optimizer step."""
+    seen: list[Microbatch] = []
+    hook = record_inputs(model, seen)
+    try:
+        train()
+    finally:
+        hook.remove()
+    found = grad()
+    if found is None:
+        raise RuntimeError(f"{what} never reached its optimizer step")
+    return Captured(found, seen, precision, list(notes))
+
+
+def record_inputs(model: torch.nn.Module, seen: list[Microbatch]) -> Any:
+    """A forward pre-hook that keeps every training forward's inputs."""
+    def keep(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if torch.is_grad_enabled() and "labels" in kwargs:
+            ids = kwargs["input_ids"]
+            seen.append(Microbatch(ids.detach().cpu().clone(),
+                                   kwargs.get("attention_mask", torch.ones_like(ids))
+                                   .detach().cpu().clone(),
+                                   kwargs["labels"].detach().cpu().clone()))
+    return model.register_forward_pre_hook(keep, with_kwargs=True)
+
+
+def flat_grad(model: torch.nn.Module) -> torch.Tensor:
+    from course_lib.core.reference import flat_grad as flat
+
+    return flat(model).detach().double().cpu().clone()

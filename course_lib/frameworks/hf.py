@@ -1,0 +1,104 @@
+"""The Hugging Face Trainer (``transformers``), as a learner runs it.
+
+The window reaches the Trainer as an IterableDataset in dispatch order:
+accelerate's dispatcher hands batch k to rank k mod W, so rank r gets
+exactly its own microbatches, and the Trainer never shuffles an iterable.
+A ``TrainerCallback.on_pre_optimizer_step`` takes the gradient; clipping is
+off (``max_grad_norm=0``) and one optimizer step is made (``max_steps=1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from course_lib.frameworks import Captured, Setup, flat_grad, train_and_capture
+from course_lib.frameworks.window import Window
+
+
+class HFAdapter:
+    package = "transformers"
+    variants: tuple[dict[str, Any], ...] = ({"average_tokens_across_devices": True},
+                                            {"average_tokens_across_devices": False})
+
+    def supports(self, flags: dict[str, Any]) -> bool:
+        from dataclasses import fields
+
+        from transformers import TrainingArguments
+
+        return set(flags) <= {f.name for f in fields(TrainingArguments)}
+
+    def arguments(self, setup: Setup, **extra: Any) -> Any:
+        from transformers import TrainingArguments
+
+        return TrainingArguments(
+            output_dir=str(setup.workdir), per_device_train_batch_size=setup.shape.batch_size,
+            gradient_accumulation_steps=setup.shape.microbatches, max_steps=1,
+            learning_rate=setup.lr, lr_scheduler_type="constant", optim="sgd",
+            max_grad_norm=0.0, use_cpu=setup.device.type == "cpu",
+            ddp_backend=setup.backend, report_to=[], save_strategy="no",
+            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+            remove_unused_columns=False, seed=setup.shape.seed, **{**setup.flags, **extra})
+
+    def trainer(self, setup: Setup, model: torch.nn.Module, window: Window,
+                callback: Any) -> Any:
+        from transformers import Trainer, default_data_collator
+
+        return Trainer(model=model, args=self.arguments(setup),
+                       train_dataset=dispatched(window),
+                       data_collator=default_data_collator, callbacks=[callback])
+
+    def prepare(self, setup: Setup, model: torch.nn.Module, window: Window
+                ) -> Callable[[], Captured]:
+        capture = capture_callback(model)
+        trainer = self.trainer(setup, model, window, capture)
+        return lambda: train_and_capture(model, trainer.train, lambda: capture.grad,
+                                         "the Trainer")
+
+
+def dispatched(window: Window) -> Any:
+    """Rows in the order accelerate's dispatcher deals them: for each
+    microbatch m, rank 0's rows, then rank 1's, and so on."""
+    from torch.utils.data import IterableDataset
+
+    class Rows(IterableDataset):
+        def __iter__(self):
+            for m in range(len(window[0])):
+                for rank in window:
+                    mb = rank[m]
+                    for row in range(mb.input_ids.shape[0]):
+                        yield {"input_ids": mb.input_ids[row],
+                               "attention_mask": mb.attention_mask[row],
+                               "labels": mb.labels[row]}
+
+    return Rows()
+
+
+def capture_callback(model: torch.nn.Module) -> Any:
+    """A TrainerCallback keeping the gradient of the first optimizer step:
+    ``on_pre_optimizer_step`` where the version has it, else a step pre-hook
+    on the Trainer's optimizer (handed to ``on_train_begin``)."""
+    from transformers import TrainerCallback
+
+    hooked = hasattr(TrainerCallback, "on_pre_optimizer_step")
+
+    class Capture(TrainerCallback):
+        grad: torch.Tensor | None = None
+
+        def keep(self, *_: Any) -> None:
+            if self.grad is None:
+                self.grad = flat_grad(model)
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.keep()
+
+        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+            if not hooked and optimizer is not None:
+                optimizer.register_step_pre_hook(lambda opt, a, kw: self.keep())
+
+    return Capture()
+
+
+ADAPTER = HFAdapter()

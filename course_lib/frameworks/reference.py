@@ -1,0 +1,34 @@
+"""The single-process side: each microbatch's summed-loss gradient g_{r,m},
+from the initial weights, and the reference g* = sum_{r,m} g_{r,m} / N."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from course_lib.core.data import IGNORE_INDEX
+from course_lib.core.reference import flat_grad
+from course_lib.frameworks.window import Microbatch, Window
+
+
+def summed_loss(model: torch.nn.Module, mb: Microbatch) -> torch.Tensor:
+    """S: the causal LM's cross-entropy summed over the supervised labels,
+    after the shift (position t predicts label t + 1)."""
+    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
+                           mb.labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+
+
+def microbatch_grads(model: torch.nn.Module, window: Window) -> list[list[torch.Tensor]]:
+    """g_{r,m} = ∇ S_{r,m} for every rank's every microbatch (CPU, float64)."""
+    grads = []
+    for rank in window:
+        row = []
+        for mb in rank:
+            model.zero_grad(set_to_none=True)
+            summed_loss(model, mb).backward()
+            row.append(flat_grad(model).detach().double().cpu())
+        grads.append(row)
+    model.zero_grad(set_to_none=True)
+    return grads

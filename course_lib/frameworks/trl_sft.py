@@ -1,0 +1,78 @@
+"""TRL's ``SFTTrainer``: the Hugging Face Trainer underneath, with TRL's
+config. The window is fed pre-tokenised, with its own labels and collator
+(``skip_prepare_dataset``), in the dispatch order of ``hf``; the gradient
+is taken by the same ``on_pre_optimizer_step`` callback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+
+from course_lib.frameworks import Captured, Setup, train_and_capture
+from course_lib.frameworks.hf import capture_callback, dispatched
+from course_lib.frameworks.window import Window
+
+
+class TRLAdapter:
+    package = "trl"
+    # TRL's SFTConfig trains in bf16 unless told otherwise: both are audited.
+    variants: tuple[dict[str, Any], ...] = ({}, {"bf16": False})
+
+    def supports(self, flags: dict[str, Any]) -> bool:
+        from dataclasses import fields
+
+        from trl import SFTConfig
+
+        return set(flags) <= {f.name for f in fields(SFTConfig)}
+
+    def prepare(self, setup: Setup, model: torch.nn.Module, window: Window
+                ) -> Callable[[], Captured]:
+        from transformers import default_data_collator
+        from trl import SFTConfig, SFTTrainer
+
+        args = SFTConfig(
+            output_dir=str(setup.workdir), per_device_train_batch_size=setup.shape.batch_size,
+            gradient_accumulation_steps=setup.shape.microbatches, max_steps=1,
+            learning_rate=setup.lr, lr_scheduler_type="constant", optim="sgd",
+            max_grad_norm=0.0, use_cpu=setup.device.type == "cpu",
+            ddp_backend=setup.backend, report_to=[], save_strategy="no",
+            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+            remove_unused_columns=False, seed=setup.shape.seed,
+            dataset_kwargs={"skip_prepare_dataset": True}, **setup.flags)
+        capture = capture_callback(model)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=_as_datasets(window),
+                             data_collator=default_data_collator, callbacks=[capture],
+                             processing_class=_tokenizer(cast(Any, model).config.vocab_size))
+        return lambda: train_and_capture(model, trainer.train, lambda: capture.grad,
+                                         "the SFTTrainer",
+                                         "bfloat16" if args.bf16 else "float32")
+
+
+def _tokenizer(vocab_size: int) -> Any:
+    """A word-level tokenizer over the window's token ids, built in memory:
+    TRL wants one, and nothing may be downloaded. Id 0 (PAD) pads."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {str(i): i for i in range(vocab_size)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="0")),
+                                   pad_token="0", eos_token="0", unk_token="0")
+
+
+def _as_datasets(window: Window) -> Any:
+    """The same rows, in the same order, as the ``datasets`` iterable TRL requires."""
+    from datasets import IterableDataset
+
+    rows = dispatched(window)
+
+    def generate():
+        for row in rows:
+            yield {k: v.tolist() for k, v in row.items()}
+
+    return IterableDataset.from_generator(generate).with_format("torch")
+
+
+ADAPTER = TRLAdapter()

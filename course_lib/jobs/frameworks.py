@@ -1,0 +1,348 @@
+"""The frameworks job: the real training loops, audited -> reports/frameworks.json.
+
+One launch runs every configuration (framework x model x flags) in turn.
+Every rank builds the same window and the same initial model, hands both to
+the framework's own loop (``course_lib.frameworks``), and keeps the
+gradient the framework holds just before its first optimizer step. Rank 0
+then computes, from the initial weights and the microbatches each rank was
+really fed, every microbatch's summed-loss gradient; the reference is the
+global token mean, and the candidate formulas say which objective the
+framework trained instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+
+from course_lib import frameworks
+from course_lib.frameworks import candidates, models
+from course_lib.frameworks import reference as fw_reference
+from course_lib.frameworks import window as fw_window
+from course_lib.jobs.kind import JobKind, launch
+from course_lib.rank.context import RankContext
+from course_lib.reports.store import Report, RunHeader
+from course_lib.run.placement import resolve
+from course_lib.run.runfile import JobSpec
+from course_lib.steps.recipes import BIASED, EXACT, EXACT_TOL, NON_FINITE, SCALED, classify
+
+# A gradient within this relative error of the reference is exact, for the
+# precision the framework computed it in (bf16 keeps 8 bits of mantissa).
+TOLERANCE = {"float32": EXACT_TOL["float32"], "bfloat16": 2e-2}
+RANKS_DISAGREE = "ranks disagree"
+NOT_RUN = "not run"
+VERDICTS = (EXACT, BIASED, SCALED, RANKS_DISAGREE, NOT_RUN)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    framework: str
+    model: str
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FrameworksJob(JobSpec):
+    TAG: ClassVar[str] = "frameworks"
+    configurations: list[dict]  # Configuration, as JSON
+    microbatches: int = 2
+    batch_size: int = 2
+    length: int = 24
+    seed: int = 1234
+    report: str = "frameworks"  # the report's file name
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    relative_error: float | None
+    scale: float | None
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    N: int  # noqa: N815 (the course's notation)
+    N_r: list[int]  # noqa: N815
+    R: int  # noqa: N815
+
+
+@dataclass(frozen=True)
+class FrameworkRow:
+    framework: str
+    version: str | None
+    model: str
+    flags: dict[str, Any]
+    verdict: str  # one of VERDICTS
+    reason: str = ""  # why it was not run
+    precision: str = "float32"  # the framework's compute precision (its tolerance)
+    stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
+    notes: list[str] = field(default_factory=list)  # e.g. a learner's clipping
+    factor: float | None = None  # the measured scale, when uniformly scaled
+    matches: str | None = None  # the nearest candidate formula
+    residual: float | None = None  # its relative residual
+    relative_error: float | None = None  # rank 0's ||g - g*|| / ||g*||
+    counts: WindowCounts | None = None
+    ranks: list[RankResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FrameworksReport(RunHeader, Report):
+    NAME: ClassVar[str] = "frameworks"
+    window: dict[str, int]  # microbatches, batch_size, length
+    rows: list[FrameworkRow]
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def every_verdict_measured(self) -> bool:
+        return all(r.verdict != NOT_RUN for r in self.rows)
+
+
+# --- in the launch -------------------------------------------------------------------
+
+
+class FailedOnSomeRanks(RuntimeError):
+    """The framework refused a configuration on some ranks only; ``stuck``
+    names them, for the launcher's diagnosis."""
+
+    def __init__(self, conf: Configuration, failures: list[str]):
+        self.stuck = [r for r, f in enumerate(failures) if f]
+        super().__init__(f"{conf.framework}/{conf.model} failed on rank(s) "
+                         f"{', '.join(map(str, self.stuck))} only: "
+                         + "; ".join(f for f in failures if f))
+
+
+def _why(exc: BaseException) -> str:
+    """One line: the innermost cause (an import error behind a lazy import)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _gather(t: torch.Tensor) -> list[torch.Tensor]:
+    everyone = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, t)
+    return everyone
+
+
+def stack() -> dict[str, str]:
+    """The installed versions of every audited framework's package."""
+    found = {}
+    for name in frameworks.ADAPTERS:
+        package = frameworks.adapter(name).package
+        version = frameworks.installed(package)
+        if version is not None:
+            found[package] = version
+    return found
+
+
+def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
+         grads: list[torch.Tensor], micro: list[list[torch.Tensor]], precision: str,
+         notes: list[str] | None = None) -> FrameworkRow:
+    tol = TOLERANCE[precision]
+    ref = candidates.combine(candidates.CANDIDATES[0], counts, micro)
+    per_rank = [classify(g, ref, tol) for g in grads]
+    ranks = [RankResult(r, m.relative_error, m.scale) for r, m in enumerate(per_rank)]
+    first = per_rank[0]
+    disagree = any(float((g - grads[0]).norm()) > tol * float(ref.norm()) for g in grads[1:])
+    match = candidates.best_match(grads[0], counts, micro)
+    verdict = RANKS_DISAGREE if disagree else (
+        BIASED if first.verdict == NON_FINITE else first.verdict)
+    return FrameworkRow(
+        framework=conf.framework, version=version, model=conf.model, flags=conf.flags,
+        verdict=verdict, precision=precision,
+        factor=first.factor if verdict == SCALED else None,
+        matches=match.name, residual=match.residual, relative_error=first.relative_error,
+        counts=WindowCounts(counts.N, counts.N_r, counts.R), ranks=ranks, stack=stack(),
+        notes=list(notes or []))
+
+
+def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
+    shape = fw_window.WindowShape(ctx.world_size, spec.microbatches, spec.batch_size,
+                                  spec.length, spec.seed)
+    source = ctx.corpus.source
+    window = fw_window.build(shape, source)
+    vocab = fw_window.vocab_size(source)
+    rows = []
+    confs = [Configuration(**c) for c in spec.configurations]
+    for i, conf in enumerate(confs):
+        ctx.state.audited = f"{conf.framework}/{conf.model}"
+        ctx.log("framework", framework=conf.framework, model=conf.model, flags=conf.flags)
+        adapter = frameworks.adapter(conf.framework)
+        model = models.build(conf.model, vocab, spec.seed).to(ctx.device)
+        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        workdir = Path(tempfile.mkdtemp(prefix=f"course-fw-{ctx.rank}-"))
+        setup = frameworks.Setup(
+            conf.framework, conf.model, conf.flags, shape, workdir, ctx.backend,
+            ctx.device, ctx.rank, ctx.world_size,
+            rebuild=lambda b, m: fw_window.build(dataclasses.replace(
+                shape, batch_size=b, microbatches=m), source))
+        failure = ""
+        try:
+            train = adapter.prepare(setup, model, window)
+        except Exception as exc:  # noqa: BLE001 - reported, below, if every rank agrees
+            failure = _why(exc)
+            ctx.log("framework_failed", message=failure)
+        # The framework is built, and nothing has crossed the process group
+        # yet. One that refuses the configuration refuses it on every rank:
+        # the row is "not run", with the reason. A rank that failed alone
+        # fails the job, and the error names it.
+        failures: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(failures, failure)
+        if any(failures):
+            if not all(failures):
+                raise FailedOnSomeRanks(conf, failures)
+            if ctx.rank == 0:
+                rows.append(not_run(conf, failures[0],
+                                    frameworks.installed(adapter.package)))
+            shutil.rmtree(workdir, ignore_errors=True)
+            ctx.progress("frameworks", i + 1, len(confs))
+            continue
+        try:
+            captured = train()
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        grads = _gather(captured.grad.to(ctx.device))
+        seen: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(seen, captured.seen)
+        if ctx.rank == 0:
+            fed = [list(s) if s else rank for s, rank in zip(seen, window, strict=True)]
+            fresh = models.build(conf.model, vocab, spec.seed).to(ctx.device)
+            fresh.load_state_dict(initial)
+            micro = fw_reference.microbatch_grads(fresh, fed)
+            rows.append(_row(conf, frameworks.installed(adapter.package),
+                             fw_window.counts(fed), [g.double().cpu() for g in grads],
+                             micro, captured.precision, captured.notes))
+        ctx.progress("frameworks", i + 1, len(confs))
+    ctx.state.audited = None
+    if ctx.rank == 0:
+        FrameworksReport(**ctx.header().fields(),
+                         window={"microbatches": spec.microbatches,
+                                 "batch_size": spec.batch_size, "length": spec.length},
+                         rows=rows).save(ctx.out, spec.report)
+
+
+KIND = JobKind(FrameworksJob, run_rank)
+
+
+# --- the parent side -----------------------------------------------------------------
+
+
+def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
+                  **kw: Any) -> FrameworksReport:
+    """A learner's ``make_trainer(model, dataset)``, on the skewed window:
+    ``reports/audit-trainer-<function>.json``. Bad input (no file, no
+    function, no Trainer) is StepSpecError, before any launch."""
+    from course_lib.frameworks import own_trainer
+    from course_lib.steps.registry import load_function
+
+    load_function(spec, own_trainer.FLAG)  # no file, no function: bad input, now
+    where, _, name = spec.rpartition(":")
+    if where.endswith(".py"):
+        spec = f"{Path(where).resolve()}:{name}"
+    own_trainer.check(spec, model_type)  # it returns no Trainer: bad input, now
+    report_name = f"audit-trainer-{name}"
+    job = FrameworksJob([dataclasses.asdict(Configuration("trainer", model_type,
+                                                          {"spec": spec}))],
+                        report=report_name)
+    launch(cfg, out, [job], **kw)
+    return FrameworksReport.load(out, report_name)
+
+
+def describe(report: FrameworksReport) -> str:
+    """One line per configuration: the verdict, the formula it matches."""
+    lines = [f"Frameworks, audited: {report.world_size} ranks, {report.backend} on "
+             f"{report.device}; the gradient of the first optimizer step vs the token mean",
+             f"  {'framework':<11} {'version':<9} {'model':<7} {'flags':<36} "
+             f"{'verdict':<17} matches"]
+    for r in report.rows:
+        flags = ", ".join(f"{k}={v}" for k, v in r.flags.items()) or "-"
+        verdict = f"scaled x{r.factor:.4g}" if r.verdict == SCALED and r.factor else r.verdict
+        tail = r.reason if r.verdict == NOT_RUN else (r.matches or "")
+        if r.verdict != NOT_RUN and r.residual is not None and r.residual > TOLERANCE[
+                r.precision]:
+            tail += f" (nearest; residual {r.residual:.1e})"
+        lines.append(f"  {r.framework:<11} {r.version or '-':<9} {r.model:<7} {flags:<36} "
+                     f"{verdict:<17} {tail}")
+        lines += [f"    note: {note}" for note in r.notes]
+    return "\n".join(lines)
+
+
+def configurations(names: list[str], model_types: list[str]
+                   ) -> tuple[list[Configuration], list[tuple[Configuration, str]]]:
+    """Every framework's flag sets on every model, and those the installed
+    version cannot take, with the reason. A version that takes none of them
+    is audited with its own defaults (no flag)."""
+    found: list[Configuration] = []
+    refused: list[tuple[Configuration, str]] = []
+    for name in names:
+        adapter = frameworks.adapter(name)
+        version = frameworks.installed(adapter.package)
+        variants = list(adapter.variants)
+        if version is not None:
+            taken = [v for v in variants if adapter.supports(v)]
+            for v in variants:
+                if v not in taken:
+                    why = f"{adapter.package} {version} has no flag {', '.join(sorted(v))}"
+                    refused += [(Configuration(name, model, dict(v)), why)
+                                for model in model_types]
+            variants = taken or [{}]
+        for model in model_types:
+            for flags in variants:
+                found.append(Configuration(name, model, dict(flags)))
+    return found, refused
+
+
+def not_run(conf: Configuration, reason: str, version: str | None = None) -> FrameworkRow:
+    return FrameworkRow(framework=conf.framework, version=version, model=conf.model,
+                        flags=conf.flags, verdict=NOT_RUN, reason=reason, stack=stack())
+
+
+DEFAULT_FRAMEWORKS = ("hf", "accelerate", "lightning", "trl")
+DEFAULT_MODELS = ("gpt2", "llama")
+
+
+def parse_names(text: str | None, default: tuple[str, ...], what: str) -> list[str]:
+    names = [n.strip() for n in (text or "").split(",") if n.strip()] or list(default)
+    if what == "framework":
+        for name in names:
+            frameworks.adapter(name)  # UnknownFramework: bad input
+    elif frameworks.installed("transformers") is not None:
+        for name in names:
+            models.config(name, 8)  # UnknownModel: bad input
+    return list(dict.fromkeys(names))
+
+
+def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[str],
+                     **kw: Any) -> FrameworksReport:
+    """Audit whatever is installed; a framework that is not is ``not run``."""
+    confs, refused = configurations(names, model_types)
+    missing = {}
+    for name in names:
+        package = frameworks.adapter(name).package
+        if frameworks.installed(package) is None:
+            missing[name] = f"{package} is not installed: pip install {package}"
+    todo = [c for c in confs if c.framework not in missing]
+    if todo:
+        launch(cfg, out, [FrameworksJob([dataclasses.asdict(c) for c in todo])], **kw)
+        report = FrameworksReport.load(out)
+    else:
+        p = resolve(kw.get("backend", "auto"), kw.get("world_size") or cfg.train.world_size)
+        report = FrameworksReport(world_size=p.world_size, backend=p.backend,
+                                  device=p.device, dtype=cfg.train.dtype,
+                                  nccl_reference_path=p.nccl_reference_path,
+                                  torch=torch.__version__, window={}, rows=[])
+    rows = list(report.rows) + [not_run(c, missing[c.framework]) for c in confs
+                                if c.framework in missing]
+    rows += [not_run(c, why, frameworks.installed(frameworks.adapter(c.framework).package))
+             for c, why in refused]
+    report = dataclasses.replace(report, rows=rows)
+    report.save(out)
+    return report

@@ -1,0 +1,169 @@
+"""The real frameworks' training loops, from the package registry, audited
+under torchrun on gloo: every adapter runs, every rank's gradient is
+compared, and each verdict is the one the table predicts."""
+
+import json
+
+import pytest
+
+from course_lib.frameworks import ADAPTERS, candidates, installed
+from course_lib.frameworks.expected import expected
+from course_lib.jobs.frameworks import DEFAULT_FRAMEWORKS, NOT_RUN, VERDICTS, FrameworksReport
+from course_lib.reports.store import report_path
+from tests.conftest import course_lib_cli
+
+pytestmark = pytest.mark.torchrun
+NAMES = {c.name for c in candidates.CANDIDATES}
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory):
+    out = tmp_path_factory.mktemp("frameworks")
+    proc = course_lib_cli("frameworks", "--model", "gpt2,llama", "--out", out)
+    return out, proc
+
+
+def test_every_framework_runs_on_two_model_classes(audited):
+    out, proc = audited
+    assert proc.returncode == 0, proc.stderr
+    report = FrameworksReport.load(out)
+    ran = {(r.framework, r.model) for r in report.rows}
+    assert ran == {(f, m) for f in DEFAULT_FRAMEWORKS for m in ("gpt2", "llama")}
+    assert set(DEFAULT_FRAMEWORKS) == set(ADAPTERS) - {"trainer"}
+    assert report.every_verdict_measured and report.world_size == 2
+
+
+def test_the_report_contract(audited):
+    out, _ = audited
+    data = json.loads(report_path(out, "frameworks").read_text())
+    for row in data["rows"]:
+        assert {"framework", "version", "model", "flags", "verdict", "factor", "matches",
+                "residual", "relative_error", "counts", "ranks"} <= set(row)
+        assert row["verdict"] in VERDICTS and isinstance(row["flags"], dict)
+        assert set(row["counts"]) == {"N", "N_r", "R"} and len(row["counts"]["N_r"]) == 2
+        assert [r["rank"] for r in row["ranks"]] == [0, 1], "every rank is compared"
+        assert row["matches"] in NAMES
+
+
+def test_each_gradient_is_a_named_formula_on_every_rank(audited):
+    out, _ = audited
+    report = FrameworksReport.load(out)
+    for r in report.rows:
+        tol = 1e-5 if r.precision == "float32" else 2e-2
+        assert r.residual < tol, (r.framework, r.model, r.flags, r.residual)
+        assert r.verdict != "ranks disagree"
+        assert len({(x.relative_error, x.scale) for x in r.ranks}) == 1
+        if r.verdict == "uniformly scaled":
+            n, big_r = r.counts.N, r.counts.R
+            assert abs(r.factor - n / (n + big_r)) < tol, "N / (N + R)"
+
+
+def test_each_verdict_is_the_one_the_table_predicts(audited):
+    out, _ = audited
+    for r in FrameworksReport.load(out).rows:
+        want = expected(r.framework, r.version, r.model, r.flags, r.stack)
+        assert want is None or r.matches == want, (
+            f"{r.framework} {r.version} {r.model} {r.flags}: the run matches "
+            f"{r.matches!r}, the table says {want!r}: the run wins, fix the table")
+
+
+def test_an_unknown_framework_or_model_is_one_line(tmp_path):
+    for args in (("--framework", "keras"), ("--model", "no_such_model")):
+        proc = course_lib_cli("frameworks", *args, "--out", tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_framework_that_is_not_installed_is_not_run(tmp_path, monkeypatch):
+    from course_lib import cli, frameworks
+
+    real = frameworks.installed
+    monkeypatch.setattr(frameworks, "installed",
+                        lambda p: None if p == "lightning" else real(p))
+    assert installed("lightning") is not None
+    code = cli.main(["frameworks", "--framework", "lightning", "--model", "gpt2",
+                     "--out", str(tmp_path)])
+    assert code == 1
+    (row,) = FrameworksReport.load(tmp_path).rows
+    assert row.verdict == NOT_RUN and "pip install lightning" in row.reason
+
+
+LEARNER = '''
+from transformers import Trainer, TrainingArguments, default_data_collator
+
+
+def make_trainer(model, train_dataset):
+    """As a learner configures it: clipping off, 2 rows x 4 microbatches."""
+    args = TrainingArguments(output_dir="out", per_device_train_batch_size=2,
+                             gradient_accumulation_steps=4, max_steps=50,
+                             use_cpu=True, ddp_backend="gloo", report_to=[],
+                             save_strategy="no", max_grad_norm=0.0)
+    return Trainer(model=model, args=args, train_dataset=train_dataset,
+                   data_collator=default_data_collator)
+
+
+class MeanLoss(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = model(**inputs)
+        return (out.loss, out) if return_outputs else out.loss
+
+
+def make_mean_trainer(model, train_dataset):
+    base = make_trainer(model, train_dataset)
+    return MeanLoss(model=model, args=base.args, train_dataset=train_dataset,
+                    data_collator=default_data_collator)
+
+
+def no_trainer(model, train_dataset):
+    return {"not": "a trainer"}
+
+
+def rank1_fails(model, train_dataset):
+    import os
+    if os.environ["RANK"] == "1":
+        raise RuntimeError("rank 1 has no data")
+    return make_trainer(model, train_dataset)
+'''
+
+
+@pytest.fixture(scope="module")
+def learner(tmp_path_factory):
+    home = tmp_path_factory.mktemp("learner")
+    (home / "my_trainer.py").write_text(LEARNER)
+    return home
+
+
+def test_a_learners_trainer_is_audited_as_they_configured_it(learner):
+    ok = course_lib_cli("audit", "--trainer", learner / "my_trainer.py:make_trainer",
+                        "--out", learner / "runs")
+    assert ok.returncode == 0, ok.stderr
+    (row,) = FrameworksReport.load(learner / "runs", "audit-trainer-make_trainer").rows
+    assert (row.verdict, row.matches, row.model) == ("exact", "exact", "llama")
+    assert sum(sum(n) for n in [row.counts.N_r]) == row.counts.N
+    mean = course_lib_cli("audit", "--trainer", learner / "my_trainer.py:make_mean_trainer",
+                          "--model", "gpt2", "--out", learner / "runs")
+    assert mean.returncode == 1, mean.stderr
+    (row,) = FrameworksReport.load(learner / "runs", "audit-trainer-make_mean_trainer").rows
+    # A compute_loss of the classic kind returns the microbatch's mean, and
+    # the Trainer (which computed num_items_in_batch) divides by nothing:
+    # the gradient is M times a mean of microbatch means (#35438).
+    assert (row.verdict, row.matches) == ("biased", "mean of microbatch means without 1/M")
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("my_trainer.py:no_trainer", "returned dict, not a transformers.Trainer"),
+    ("my_trainer.py:missing", "has no function 'missing'"),
+    ("nowhere.py:make_trainer", "no such file"),
+])
+def test_a_bad_trainer_spec_is_one_line_and_exit_2(learner, spec, says):
+    proc = course_lib_cli("audit", "--trainer", learner / spec, "--out", learner / "bad")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+
+
+def test_a_trainer_that_fails_on_one_rank_is_named(learner, no_worker_left_behind):
+    proc = course_lib_cli("audit", "--trainer", learner / "my_trainer.py:rank1_fails",
+                          "--out", learner / "one", "--timeout", 120)
+    assert proc.returncode == 1, proc.stderr
+    first = [x for x in proc.stderr.splitlines() if x.startswith("course-lib:")][0]
+    assert first.startswith("course-lib: job failed: rank 1 failed in frameworks"), first
+    assert "rank 1 has no data" in first

@@ -1,0 +1,77 @@
+"""The frameworks audit's pieces that need no framework: the skewed window,
+its counts, and the candidate formulas."""
+
+import pytest
+import torch
+
+from course_lib.frameworks import candidates, window
+from course_lib.frameworks.window import WindowShape
+
+SHAPE = WindowShape(world_size=2, microbatches=2, batch_size=3, length=24)
+
+
+@pytest.fixture(scope="module")
+def built(corpus):
+    return window.build(SHAPE, corpus.source)
+
+
+def test_the_window_is_skewed_padded_and_partly_masked(built, corpus):
+    c = window.counts(built)
+    assert len(built) == 2 and all(len(rank) == 2 for rank in built)
+    assert c.N_r[0] < c.N_r[1], "short sequences on rank 0"
+    assert 0 < c.R < 2 * 2 * 3, "some rows mask their first labels, others do not"
+    assert sum(c.N_r) == c.N and sum(map(sum, c.n_before_shift)) == c.N + c.R
+    for rank in built:
+        for mb in rank:
+            assert mb.input_ids.shape == (3, 24)
+            pad = mb.input_ids == window.PAD
+            assert bool((mb.labels[pad] == -100).all()), "padding is never a token"
+            assert bool(((mb.attention_mask == 0) == pad).all())
+            assert int(mb.input_ids.max()) < window.vocab_size(corpus.source)
+    assert window.build(SHAPE, corpus.source)[1][1].input_ids.equal(built[1][1].input_ids)
+
+
+def _grads(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [[torch.randn(50, generator=g, dtype=torch.float64) for _ in range(2)]
+            for _ in range(2)]
+
+
+@pytest.mark.parametrize("name", [c.name for c in candidates.CANDIDATES])
+def test_each_candidate_is_recognised_as_itself(built, name):
+    counts = window.counts(built)
+    grads = _grads()
+    cand = next(c for c in candidates.CANDIDATES if c.name == name)
+    found = candidates.best_match(candidates.combine(cand, counts, grads), counts, grads)
+    assert found.name == name and found.residual < 1e-12
+
+
+def test_a_gradient_that_no_formula_gives_matches_nothing_closely(built):
+    counts = window.counts(built)
+    found = candidates.best_match(torch.randn(50, dtype=torch.float64), counts, _grads())
+    assert found.residual > 0.1
+
+
+def test_the_committed_matrix_agrees_with_the_table():
+    """data/frameworks-matrix.json (benchmarks/frameworks_matrix.py) against
+    frameworks/expected.py: where a run and the reading disagree, the run
+    wins and the table is fixed."""
+    import json
+
+    from course_lib.core import paths
+    from course_lib.frameworks.expected import expected, expected_verdict
+
+    doc = json.loads((paths.project_root() / "data" / "frameworks-matrix.json").read_text())
+    assert {"date", "torch", "command", "entries", "rows"} <= set(doc)
+    measured = [r for r in doc["rows"] if r["verdict"] != "not run"]
+    assert len({r["version"] for r in measured if r["framework"] == "hf"}) >= 7
+    for r in measured:
+        stack = r.get("stack") or {"transformers": r["version"]}
+        want = expected(r["framework"], r["version"], r["model"], r["flags"], stack)
+        verdict = expected_verdict(r["framework"], r["version"], r["model"], r["flags"])
+        where = f"{r['entry']} {r['model']} {r['flags']}"
+        assert want is None or r["matches"] == want, f"{where}: {r['matches']} != {want}"
+        assert verdict is None or r["verdict"] == verdict, f"{where}: {r['verdict']}"
+    for name, entry in doc["entries"].items():
+        assert entry["status"] in ("measured", "not run")
+        assert entry["status"] == "measured" or entry["reason"], f"{name}: no reason"
