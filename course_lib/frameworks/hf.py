@@ -24,23 +24,14 @@ class HFAdapter:
                                             {"average_tokens_across_devices": False})
 
     def supports(self, flags: dict[str, Any]) -> bool:
-        from dataclasses import fields
-
         from transformers import TrainingArguments
 
-        return set(flags) <= {f.name for f in fields(TrainingArguments)}
+        return takes(TrainingArguments, flags)
 
-    def arguments(self, setup: Setup, **extra: Any) -> Any:
+    def arguments(self, setup: Setup) -> Any:
         from transformers import TrainingArguments
 
-        return TrainingArguments(
-            output_dir=str(setup.workdir), per_device_train_batch_size=setup.shape.batch_size,
-            gradient_accumulation_steps=setup.shape.microbatches, max_steps=1,
-            learning_rate=setup.lr, lr_scheduler_type="constant", optim="sgd",
-            max_grad_norm=0.0, use_cpu=setup.device.type == "cpu",
-            ddp_backend=setup.backend, report_to=[], save_strategy="no",
-            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-            remove_unused_columns=False, seed=setup.shape.seed, **{**setup.flags, **extra})
+        return TrainingArguments(**arguments(setup))
 
     def trainer(self, setup: Setup, model: torch.nn.Module, window: Window,
                 callback: Any) -> Any:
@@ -56,6 +47,27 @@ class HFAdapter:
         trainer = self.trainer(setup, model, window, capture)
         return lambda: train_and_capture(model, trainer.train, lambda: capture.grad,
                                          "the Trainer")
+
+
+def takes(config: type, flags: dict[str, Any]) -> bool:
+    """Whether the arguments dataclass ``config`` has every flag."""
+    from dataclasses import fields
+
+    return set(flags) <= {f.name for f in fields(config)}
+
+
+def arguments(setup: Setup) -> dict[str, Any]:
+    """TrainingArguments for the audit: one optimizer step over the window
+    (B rows, M microbatches), plain SGD, clipping and logging off; the
+    configuration's flags on top."""
+    return dict(
+        output_dir=str(setup.workdir), per_device_train_batch_size=setup.shape.batch_size,
+        gradient_accumulation_steps=setup.shape.microbatches, max_steps=1,
+        learning_rate=setup.lr, lr_scheduler_type="constant", optim="sgd",
+        max_grad_norm=0.0, use_cpu=setup.device.type == "cpu",
+        ddp_backend=setup.backend, report_to=[], save_strategy="no",
+        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        remove_unused_columns=False, seed=setup.shape.seed, **setup.flags)
 
 
 def dispatched(window: Window) -> Any:

@@ -11,7 +11,7 @@ from typing import Any, cast
 import torch
 
 from course_lib.frameworks import Captured, Setup, train_and_capture
-from course_lib.frameworks.hf import capture_callback, dispatched
+from course_lib.frameworks.hf import arguments, capture_callback, dispatched, takes
 from course_lib.frameworks.window import Window
 
 
@@ -21,26 +21,16 @@ class TRLAdapter:
     variants: tuple[dict[str, Any], ...] = ({}, {"bf16": False})
 
     def supports(self, flags: dict[str, Any]) -> bool:
-        from dataclasses import fields
-
         from trl import SFTConfig
 
-        return set(flags) <= {f.name for f in fields(SFTConfig)}
+        return takes(SFTConfig, flags)
 
     def prepare(self, setup: Setup, model: torch.nn.Module, window: Window
                 ) -> Callable[[], Captured]:
         from transformers import default_data_collator
         from trl import SFTConfig, SFTTrainer
 
-        args = SFTConfig(
-            output_dir=str(setup.workdir), per_device_train_batch_size=setup.shape.batch_size,
-            gradient_accumulation_steps=setup.shape.microbatches, max_steps=1,
-            learning_rate=setup.lr, lr_scheduler_type="constant", optim="sgd",
-            max_grad_norm=0.0, use_cpu=setup.device.type == "cpu",
-            ddp_backend=setup.backend, report_to=[], save_strategy="no",
-            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-            remove_unused_columns=False, seed=setup.shape.seed,
-            dataset_kwargs={"skip_prepare_dataset": True}, **setup.flags)
+        args = SFTConfig(**arguments(setup), dataset_kwargs={"skip_prepare_dataset": True})
         capture = capture_callback(model)
         trainer = SFTTrainer(model=model, args=args, train_dataset=_as_datasets(window),
                              data_collator=default_data_collator, callbacks=[capture],
