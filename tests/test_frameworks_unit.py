@@ -75,3 +75,23 @@ def test_the_committed_matrix_agrees_with_the_table():
     for name, entry in doc["entries"].items():
         assert entry["status"] in ("measured", "not run")
         assert entry["status"] == "measured" or entry["reason"], f"{name}: no reason"
+
+
+@pytest.mark.parametrize("name", [c.name for c in candidates.CANDIDATES])
+def test_inner_products_judge_as_the_gradients_do(built, name):
+    """The audit judges from <g, g_i> and <g_i, g_j> alone (GPT-2 small has
+    124M components): the same residuals and scales as the vectors give."""
+    counts, grads = window.counts(built), _grads(1)
+    cand = next(c for c in candidates.CANDIDATES if c.name == name)
+    g = 0.9 * candidates.combine(cand, counts, grads) + 1e-3 * _grads(2)[0][0]
+    seen = candidates.Against.of(candidates.Gram.of(counts, grads), g, grads)
+    for other in candidates.CANDIDATES:
+        ref = candidates.combine(other, counts, grads)
+        scale = float(g @ ref) / float(ref @ ref)
+        assert seen.scale(other) == pytest.approx(scale, rel=1e-9)
+        assert seen.residual(other) == pytest.approx(
+            float((g - ref).norm() / ref.norm()), rel=1e-6)
+        assert seen.residual(other, scale) == pytest.approx(
+            float((g - scale * ref).norm() / ref.norm()), rel=1e-6, abs=1e-9)
+    best, direct = seen.best(), candidates.best_match(g, counts, grads)
+    assert best.name == direct.name and best.residual == pytest.approx(direct.residual)

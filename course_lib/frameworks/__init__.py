@@ -129,4 +129,4 @@ def record_inputs(model: torch.nn.Module, seen: list[Microbatch]) -> Any:
 def flat_grad(model: torch.nn.Module) -> torch.Tensor:
     from course_lib.core.reference import flat_grad as flat
 
-    return flat(model).detach().double().cpu().clone()
+    return flat(model).detach().float().cpu().clone()

@@ -81,3 +81,73 @@ def best_match(grad: torch.Tensor, counts: Counts,
         ref = combine(cand, counts, grads).flatten()
         found.append(Match(cand.name, float((g - ref).norm() / ref.norm())))
     return min(found, key=lambda m: m.residual)
+
+
+# --- the same, from inner products only -------------------------------------------
+#
+# A candidate is a combination of the K = W M microbatch gradients, so its
+# distance to a measured g needs only <g_i, g_j>, <g, g_i> and |g|^2: no
+# candidate gradient is ever built (GPT-2 small has 124M components).
+
+
+def dot(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 22) -> float:
+    """<a, b> accumulated in float64, a chunk at a time (no full-size copy)."""
+    a, b = a.flatten(), b.flatten()
+    return float(sum(torch.dot(a[i:i + chunk].double(), b[i:i + chunk].double())
+                     for i in range(0, a.numel(), chunk)))
+
+
+@dataclass(frozen=True)
+class Gram:
+    """The microbatch gradients' inner products, in (rank, micro) order."""
+
+    counts: Counts
+    pairs: torch.Tensor  # (K, K) float64: <g_i, g_j>
+
+    @classmethod
+    def of(cls, counts: Counts, grads: list[list[torch.Tensor]]) -> Gram:
+        flat = [g for row in grads for g in row]
+        k = len(flat)
+        pairs = torch.zeros((k, k), dtype=torch.float64)
+        for i in range(k):
+            for j in range(i, k):
+                pairs[i, j] = pairs[j, i] = dot(flat[i], flat[j])
+        return cls(counts, pairs)
+
+    def coefficients(self, candidate: Candidate) -> torch.Tensor:
+        c = self.counts
+        return torch.tensor([candidate.coefficient(c, r, m) for r in range(len(c.n))
+                             for m in range(len(c.n[0]))], dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class Against:
+    """One measured gradient g seen from the microbatch gradients."""
+
+    gram: Gram
+    onto: torch.Tensor  # (K,) <g, g_i>
+    norm2: float  # |g|^2
+
+    @classmethod
+    def of(cls, gram: Gram, g: torch.Tensor, grads: list[list[torch.Tensor]]) -> Against:
+        return cls(gram, torch.tensor([dot(g, x) for row in grads for x in row],
+                                      dtype=torch.float64), dot(g, g))
+
+    def _terms(self, candidate: Candidate) -> tuple[float, float]:
+        c = self.gram.coefficients(candidate)
+        return float(c @ self.onto), float(c @ self.gram.pairs @ c)  # <g, g_c>, |g_c|^2
+
+    def residual(self, candidate: Candidate, scale: float = 1.0) -> float:
+        """|g - scale g_c| / |g_c|."""
+        cross, norm2 = self._terms(candidate)
+        left = self.norm2 - 2 * scale * cross + scale * scale * norm2
+        return max(left, 0.0) ** 0.5 / norm2 ** 0.5
+
+    def scale(self, candidate: Candidate) -> float:
+        """The least-squares s of g = s g_c."""
+        cross, norm2 = self._terms(candidate)
+        return cross / norm2
+
+    def best(self) -> Match:
+        return min((Match(c.name, self.residual(c)) for c in CANDIDATES),
+                   key=lambda m: m.residual)

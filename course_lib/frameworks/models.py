@@ -21,7 +21,9 @@ SIZES: dict[str, int] = {
     "head_dim": 16,
 }
 # GPT-2 small (124M parameters), for the scale benchmark.
-GPT2_SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024}
+GPT2_SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
+              "n_ctx": 1024}
+SIZE_PRESETS: dict[str, dict[str, int] | None] = {"tiny": None, "gpt2-small": GPT2_SMALL}
 
 
 class UnknownModel(ValueError):

@@ -21,14 +21,14 @@ def summed_loss(model: torch.nn.Module, mb: Microbatch) -> torch.Tensor:
 
 
 def microbatch_grads(model: torch.nn.Module, window: Window) -> list[list[torch.Tensor]]:
-    """g_{r,m} = ∇ S_{r,m} for every rank's every microbatch (CPU, float64)."""
+    """g_{r,m} = ∇ S_{r,m} for every rank's every microbatch (CPU, float32)."""
     grads = []
     for rank in window:
         row = []
         for mb in rank:
             model.zero_grad(set_to_none=True)
             summed_loss(model, mb).backward()
-            row.append(flat_grad(model).detach().double().cpu())
+            row.append(flat_grad(model).detach().float().cpu())
         grads.append(row)
     model.zero_grad(set_to_none=True)
     return grads

@@ -13,8 +13,10 @@ framework trained instead.
 from __future__ import annotations
 
 import dataclasses
+import resource
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,7 +33,7 @@ from course_lib.rank.context import RankContext
 from course_lib.reports.store import Report, RunHeader
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
-from course_lib.steps.recipes import BIASED, EXACT, EXACT_TOL, NON_FINITE, SCALED, classify
+from course_lib.steps.recipes import BIASED, EXACT, EXACT_TOL, NON_FINITE, SCALED
 
 # A gradient within this relative error of the reference is exact, for the
 # precision the framework computed it in (bf16 keeps 8 bits of mantissa).
@@ -57,6 +59,8 @@ class FrameworksJob(JobSpec):
     length: int = 24
     seed: int = 1234
     report: str = "frameworks"  # the report's file name
+    sizes: str = "tiny"  # models.SIZE_PRESETS: "tiny", or "gpt2-small" (124M)
+    timing: bool = False  # also time each configuration alone (the benchmark)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class FrameworkRow:
     precision: str = "float32"  # the framework's compute precision (its tolerance)
     stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
     notes: list[str] = field(default_factory=list)  # e.g. a learner's clipping
+    seconds: dict[str, float] = field(default_factory=dict)  # with timing: alone, audited
+    peak_rss_mb: float | None = None  # with timing: rank 0's peak memory
     factor: float | None = None  # the measured scale, when uniformly scaled
     matches: str | None = None  # the nearest candidate formula
     residual: float | None = None  # its relative residual
@@ -143,83 +149,157 @@ def stack() -> dict[str, str]:
     return found
 
 
+def _judge(g: torch.Tensor, seen: candidates.Against, tol: float) -> tuple[str, RankResult]:
+    """Exact, uniformly scaled (collinear with g*) or biased, as ``classify``
+    judges, from inner products; non-finite when a component is not finite."""
+    exact = candidates.CANDIDATES[0]
+    if not bool(torch.isfinite(g).all()):
+        return NON_FINITE, RankResult(-1, None, None)
+    rel, scale = seen.residual(exact), seen.scale(exact)
+    collinear = seen.residual(exact, scale)
+    verdict = EXACT if rel <= tol else SCALED if collinear <= tol else BIASED
+    return verdict, RankResult(-1, rel, scale)
+
+
 def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
          grads: list[torch.Tensor], micro: list[list[torch.Tensor]], precision: str,
          notes: list[str] | None = None) -> FrameworkRow:
     tol = TOLERANCE[precision]
-    ref = candidates.combine(candidates.CANDIDATES[0], counts, micro)
-    per_rank = [classify(g, ref, tol) for g in grads]
-    ranks = [RankResult(r, m.relative_error, m.scale) for r, m in enumerate(per_rank)]
-    first = per_rank[0]
-    disagree = any(float((g - grads[0]).norm()) > tol * float(ref.norm()) for g in grads[1:])
-    match = candidates.best_match(grads[0], counts, micro)
-    verdict = RANKS_DISAGREE if disagree else (
-        BIASED if first.verdict == NON_FINITE else first.verdict)
+    gram = candidates.Gram.of(counts, micro)
+    seen = [candidates.Against.of(gram, g, micro) for g in grads]
+    judged = [_judge(g, s, tol) for g, s in zip(grads, seen, strict=True)]
+    ranks = [dataclasses.replace(res, rank=r) for r, (_, res) in enumerate(judged)]
+    first, first_result = judged[0]
+    ref_norm = seen[0].gram.coefficients(candidates.CANDIDATES[0])
+    ref_norm = float(ref_norm @ gram.pairs @ ref_norm) ** 0.5
+    disagree = any(float((g - grads[0]).norm()) > tol * ref_norm for g in grads[1:])
+    match = seen[0].best()
+    verdict = RANKS_DISAGREE if disagree else (BIASED if first == NON_FINITE else first)
     return FrameworkRow(
         framework=conf.framework, version=version, model=conf.model, flags=conf.flags,
         verdict=verdict, precision=precision,
-        factor=first.factor if verdict == SCALED else None,
-        matches=match.name, residual=match.residual, relative_error=first.relative_error,
+        factor=first_result.scale if verdict == SCALED else None,
+        matches=match.name, residual=match.residual,
+        relative_error=first_result.relative_error,
         counts=WindowCounts(counts.N, counts.N_r, counts.R), ranks=ranks, stack=stack(),
         notes=list(notes or []))
 
 
-def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
-    shape = fw_window.WindowShape(ctx.world_size, spec.microbatches, spec.batch_size,
-                                  spec.length, spec.seed)
+def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob, window: fw_window.Window
+           ) -> tuple[Any, torch.nn.Module, Any, Path]:
+    """The configuration's model and framework, on every rank: (prepared
+    training or None, model, the rank's failure or "", scratch directory)."""
+    shape = window_shape(ctx, spec)
     source = ctx.corpus.source
-    window = fw_window.build(shape, source)
-    vocab = fw_window.vocab_size(source)
+    adapter = frameworks.adapter(conf.framework)
+    model = models.build(conf.model, fw_window.vocab_size(source), spec.seed,
+                         models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
+    workdir = Path(tempfile.mkdtemp(prefix=f"course-fw-{ctx.rank}-"))
+    setup = frameworks.Setup(
+        conf.framework, conf.model, conf.flags, shape, workdir, ctx.backend,
+        ctx.device, ctx.rank, ctx.world_size,
+        rebuild=lambda b, m: fw_window.build(dataclasses.replace(
+            shape, batch_size=b, microbatches=m), source))
+    try:
+        return adapter.prepare(setup, model, window), model, "", workdir
+    except Exception as exc:  # noqa: BLE001 - reported by the caller, if every rank agrees
+        failure = _why(exc)
+        ctx.log("framework_failed", message=failure)
+        return None, model, failure, workdir
+
+
+def window_shape(ctx: RankContext, spec: FrameworksJob) -> fw_window.WindowShape:
+    return fw_window.WindowShape(ctx.world_size, spec.microbatches, spec.batch_size,
+                                 spec.length, spec.seed)
+
+
+def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
+               window: fw_window.Window) -> FrameworkRow | None:
+    """One configuration, on every rank; its row on rank 0."""
+    adapter = frameworks.adapter(conf.framework)
+    train, model, failure, workdir = _build(ctx, conf, spec, window)
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # The framework is built, and nothing has crossed the process group
+    # yet. One that refuses the configuration refuses it on every rank: the
+    # row is "not run", with the reason. A rank that failed alone fails the
+    # job, and the error names it.
+    failures: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(failures, failure)
+    if any(failures):
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not all(failures):
+            raise FailedOnSomeRanks(conf, failures)
+        return not_run(conf, failures[0], frameworks.installed(adapter.package)) \
+            if ctx.rank == 0 else None
+    try:
+        captured = train()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    grads = _gather(captured.grad.to(ctx.device))
+    seen: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(seen, captured.seen)
+    fed = [list(s) if s else rank for s, rank in zip(seen, window, strict=True)]
+    # Each rank takes the summed-loss gradient of its own microbatches, from
+    # the initial weights, as it ran them in the framework: the ranks share
+    # the work, and rank 0 gathers the gradients.
+    fresh = models.build(conf.model, fw_window.vocab_size(ctx.corpus.source), spec.seed,
+                         models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
+    fresh.load_state_dict(initial)
+    mine = fw_reference.microbatch_grads(fresh, [fed[ctx.rank]])[0]
+    del fresh
+    micro = None
+    if len({len(f) for f in fed}) == 1:  # the same on every rank: fed is gathered
+        gathered = [_gather(g.to(ctx.device)) for g in mine]  # [micro][rank]
+        micro = [[gathered[m][r].cpu() for m in range(len(mine))]
+                 for r in range(ctx.world_size)]
+    else:  # ranks ran different numbers of microbatches: rank 0 takes them all
+        if ctx.rank != 0:
+            return None
+        again = models.build(conf.model, fw_window.vocab_size(ctx.corpus.source), spec.seed,
+                             models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
+        again.load_state_dict(initial)
+        micro = fw_reference.microbatch_grads(again, fed)
+    if ctx.rank != 0:
+        return None
+    return _row(conf, frameworks.installed(adapter.package), fw_window.counts(fed),
+                [g.cpu() for g in grads], micro, captured.precision, captured.notes)
+
+
+def _timed(run: Any, *args: Any) -> tuple[Any, float]:
+    """``run(*args)`` between two barriers: every rank's wall time of it."""
+    dist.barrier()
+    started = time.perf_counter()
+    result = run(*args)
+    dist.barrier()
+    return result, time.perf_counter() - started
+
+
+def _alone(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
+           window: fw_window.Window) -> None:
+    """The framework running the window by itself: its own loop, nothing of
+    the audit after it (the benchmark's baseline)."""
+    train, _, failure, workdir = _build(ctx, conf, spec, window)
+    try:
+        if not failure:
+            train()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
+    window = fw_window.build(window_shape(ctx, spec), ctx.corpus.source)
     rows = []
     confs = [Configuration(**c) for c in spec.configurations]
     for i, conf in enumerate(confs):
         ctx.state.audited = f"{conf.framework}/{conf.model}"
         ctx.log("framework", framework=conf.framework, model=conf.model, flags=conf.flags)
-        adapter = frameworks.adapter(conf.framework)
-        model = models.build(conf.model, vocab, spec.seed).to(ctx.device)
-        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        workdir = Path(tempfile.mkdtemp(prefix=f"course-fw-{ctx.rank}-"))
-        setup = frameworks.Setup(
-            conf.framework, conf.model, conf.flags, shape, workdir, ctx.backend,
-            ctx.device, ctx.rank, ctx.world_size,
-            rebuild=lambda b, m: fw_window.build(dataclasses.replace(
-                shape, batch_size=b, microbatches=m), source))
-        failure = ""
-        try:
-            train = adapter.prepare(setup, model, window)
-        except Exception as exc:  # noqa: BLE001 - reported, below, if every rank agrees
-            failure = _why(exc)
-            ctx.log("framework_failed", message=failure)
-        # The framework is built, and nothing has crossed the process group
-        # yet. One that refuses the configuration refuses it on every rank:
-        # the row is "not run", with the reason. A rank that failed alone
-        # fails the job, and the error names it.
-        failures: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(failures, failure)
-        if any(failures):
-            if not all(failures):
-                raise FailedOnSomeRanks(conf, failures)
-            if ctx.rank == 0:
-                rows.append(not_run(conf, failures[0],
-                                    frameworks.installed(adapter.package)))
-            shutil.rmtree(workdir, ignore_errors=True)
-            ctx.progress("frameworks", i + 1, len(confs))
-            continue
-        try:
-            captured = train()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        grads = _gather(captured.grad.to(ctx.device))
-        seen: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(seen, captured.seen)
-        if ctx.rank == 0:
-            fed = [list(s) if s else rank for s, rank in zip(seen, window, strict=True)]
-            fresh = models.build(conf.model, vocab, spec.seed).to(ctx.device)
-            fresh.load_state_dict(initial)
-            micro = fw_reference.microbatch_grads(fresh, fed)
-            rows.append(_row(conf, frameworks.installed(adapter.package),
-                             fw_window.counts(fed), [g.double().cpu() for g in grads],
-                             micro, captured.precision, captured.notes))
+        seconds: dict[str, float] = {}
+        if spec.timing:  # alone first: the audited run then finds the same warm caches
+            _, seconds["alone"] = _timed(_alone, ctx, conf, spec, window)
+        row, seconds["audited"] = _timed(_audit_one, ctx, conf, spec, window)
+        if row is not None:
+            rows.append(dataclasses.replace(row, seconds=seconds, peak_rss_mb=_peak_mb())
+                        if spec.timing else row)
         ctx.progress("frameworks", i + 1, len(confs))
     ctx.state.audited = None
     if ctx.rank == 0:
@@ -227,6 +307,11 @@ def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
                          window={"microbatches": spec.microbatches,
                                  "batch_size": spec.batch_size, "length": spec.length},
                          rows=rows).save(ctx.out, spec.report)
+
+
+def _peak_mb() -> float:
+    """This rank's peak resident memory so far, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 KIND = JobKind(FrameworksJob, run_rank)
@@ -321,8 +406,10 @@ def parse_names(text: str | None, default: tuple[str, ...], what: str) -> list[s
 
 
 def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[str],
+                     *, sizes: str = "tiny", length: int = 24, timing: bool = False,
                      **kw: Any) -> FrameworksReport:
-    """Audit whatever is installed; a framework that is not is ``not run``."""
+    """Audit whatever is installed; a framework that is not is ``not run``.
+    ``sizes``, ``length``, ``timing``: see FrameworksJob (the benchmarks)."""
     confs, refused = configurations(names, model_types)
     missing = {}
     for name in names:
@@ -331,7 +418,8 @@ def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[st
             missing[name] = f"{package} is not installed: pip install {package}"
     todo = [c for c in confs if c.framework not in missing]
     if todo:
-        launch(cfg, out, [FrameworksJob([dataclasses.asdict(c) for c in todo])], **kw)
+        launch(cfg, out, [FrameworksJob([dataclasses.asdict(c) for c in todo], length=length,
+                                        sizes=sizes, timing=timing)], **kw)
         report = FrameworksReport.load(out)
     else:
         p = resolve(kw.get("backend", "auto"), kw.get("world_size") or cfg.train.world_size)
