@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
+from course_lib.core.reference import flat_grad as reference_flat_grad
 from course_lib.frameworks.window import Microbatch, Window, WindowShape
 
 
@@ -127,6 +128,5 @@ def record_inputs(model: torch.nn.Module, seen: list[Microbatch]) -> Any:
 
 
 def flat_grad(model: torch.nn.Module) -> torch.Tensor:
-    from course_lib.core.reference import flat_grad as flat
-
-    return flat(model).detach().float().cpu().clone()
+    """This rank's gradient as the audit keeps it: flat, float32, on the CPU."""
+    return reference_flat_grad(model).detach().float().cpu().clone()

@@ -3,7 +3,8 @@
 Each candidate weighs every microbatch's summed-loss gradient g_{r,m} =
 ∇ S_{r,m} by a coefficient that depends on the window's counts only, so
 its gradient is sum_{r,m} c(r, m) g_{r,m}. A measured gradient is compared
-with each; the one with the smallest relative residual is named. The
+with each, from inner products alone (``Against``); the one with the
+smallest relative residual is named. The
 exact one is the global token mean, c = 1 / N.
 """
 
@@ -56,31 +57,10 @@ CANDIDATES: tuple[Candidate, ...] = (
 )
 
 
-def combine(candidate: Candidate, counts: Counts,
-            grads: list[list[torch.Tensor]]) -> torch.Tensor:
-    """sum_{r,m} c(r, m) g_{r,m}, in float64."""
-    total = torch.zeros_like(grads[0][0], dtype=torch.float64)
-    for r, row in enumerate(grads):
-        for m, g in enumerate(row):
-            total += candidate.coefficient(counts, r, m) * g.double()
-    return total
-
-
 @dataclass(frozen=True)
 class Match:
     name: str
     residual: float  # ||g - candidate|| / ||candidate||
-
-
-def best_match(grad: torch.Tensor, counts: Counts,
-               grads: list[list[torch.Tensor]]) -> Match:
-    """The candidate nearest to ``grad``, by relative residual."""
-    g = grad.double().flatten()
-    found = []
-    for cand in CANDIDATES:
-        ref = combine(cand, counts, grads).flatten()
-        found.append(Match(cand.name, float((g - ref).norm() / ref.norm())))
-    return min(found, key=lambda m: m.residual)
 
 
 # --- the same, from inner products only -------------------------------------------
