@@ -17,6 +17,7 @@ and this command. Not part of ``make test``: it downloads and installs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -25,9 +26,16 @@ import sysconfig
 import time
 from pathlib import Path
 
+from course_lib.jobs.frameworks import (
+    FrameworkRow,
+    FrameworksReport,
+    Matrix,
+    MatrixEntry,
+    MatrixRow,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "matrix"
-MATRIX = ROOT / "data" / "frameworks-matrix.json"
 
 # name -> (pins, frameworks audited). The transformers versions are the
 # boundaries the research notes name; each with an accelerate and a datasets
@@ -52,8 +60,29 @@ ENTRIES: dict[str, tuple[list[str], str]] = {
     "trl-1.16.0": (["trl==1.16.0", "transformers==5.24.0", "accelerate==1.15.0"], "trl"),
     "trl-0.19.1": (["trl==0.19.1", "transformers==4.54.1", "accelerate==1.9.0",
                     "datasets<4.1"], "trl"),
+    # Unsloth pins its own torch, transformers and TRL into the entry's venv.
+    "unsloth-2026.10.9": (["unsloth==2026.10.9"], "unsloth"),
 }
 MODELS = "gpt2,llama"
+
+# Frameworks from the research notes that have no adapter yet: each is
+# installed from the registry and probed, and its entry says why it did not
+# run. name -> (pins, probe run in its venv, why no adapter when it imports).
+TRIED: dict[str, tuple[list[str], str, str]] = {
+    "torchtune-0.6.1": (
+        # torchao 0.18 dropped the nf4tensor module torchtune 0.6.1 imports.
+        ["torchtune==0.6.1", "torchao==0.11.0"],
+        "import torchtune.training, torchtune.modules.loss",
+        "installs and imports; no adapter: its training loop is a recipe script "
+        "(tune run full_finetune_distributed) driven by a YAML config that loads a "
+        "checkpoint, a tokenizer and a dataset from files, not a loop fed in Python"),
+    "torchtitan-0.3.0": (
+        ["torchtitan==0.3.0"],
+        "import torchtitan.train, torchtitan.components.loss",
+        "installs and imports; no adapter: its Trainer is built from a job config "
+        "(TOML) with a tokenizer and a dataset it loads itself, and parallelizes a "
+        "model from its own registry, not a transformers model"),
+}
 
 
 def venv(name: str) -> Path:
@@ -87,7 +116,20 @@ def install(name: str, pins: list[str]) -> str | None:
     return None
 
 
-def audit(name: str, frameworks: str) -> tuple[list[dict], str]:
+def probe(name: str, pins: list[str], code: str, no_adapter: str) -> str:
+    """Why a framework without an adapter did not run: pip's reason, the
+    import's error, or the missing adapter, in one line."""
+    reason = install(name, pins)
+    if reason is not None:
+        return reason
+    proc = subprocess.run([str(venv(name)), "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [x.strip() for x in proc.stderr.splitlines() if x.strip()]
+        return f"does not import here: {(lines or ['no output'])[-1][:260]}"
+    return no_adapter
+
+
+def audit(name: str, frameworks: str) -> tuple[list[FrameworkRow], str]:
     python = venv(name)
     out = OUT / name / "out"
     cmd = [str(python), "-m", "course_lib", "frameworks", "--framework", frameworks,
@@ -97,44 +139,49 @@ def audit(name: str, frameworks: str) -> tuple[list[dict], str]:
     if not report.exists() or proc.returncode == 2:
         why = (proc.stderr.strip().splitlines() or ["no report"])[-1][:300]
         return [], why
-    return json.loads(report.read_text())["rows"], ""
+    return list(FrameworksReport.load(out).rows), ""
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="comma-separated entry names")
     args = parser.parse_args()
-    names = args.only.split(",") if args.only else list(ENTRIES)
+    names = args.only.split(",") if args.only else [*ENTRIES, *TRIED]
+    unknown = [n for n in names if n not in ENTRIES and n not in TRIED]
+    if unknown:
+        parser.error(f"--only: unknown entries {', '.join(unknown)}")
     import torch
 
-    previous = json.loads(MATRIX.read_text()) if MATRIX.exists() else {"entries": {}}
-    entries = dict(previous.get("entries", {}))
+    entries = dict(Matrix.committed().entries) if Matrix.path().exists() else {}
     for name in names:
-        pins, frameworks = ENTRIES[name]
         started = time.monotonic()
+        if name in TRIED:
+            pins, code, no_adapter = TRIED[name]
+            why = probe(name, pins, code, no_adapter)
+            entries[name] = MatrixEntry(pins, "", "not run", why)
+            print(f"{name:<22} {time.monotonic() - started:6.1f} s  not run: {why}", flush=True)
+            continue
+        pins, frameworks = ENTRIES[name]
         reason = install(name, pins)
-        rows: list[dict] = []
+        rows: list[FrameworkRow] = []
         if reason is None:
             rows, reason = audit(name, frameworks)
-        entries[name] = {"pins": pins, "frameworks": frameworks,
-                         "status": "not run" if reason else "measured",
-                         "reason": reason or "", "rows": rows}
-        verdicts = ", ".join(f"{r['model']} {r['verdict']}" for r in rows) or reason
+        entries[name] = MatrixEntry(pins, frameworks, "not run" if reason else "measured",
+                                    reason or "", rows)
+        verdicts = ", ".join(f"{r.model} {r.verdict}" for r in rows) or reason
         print(f"{name:<22} {time.monotonic() - started:6.1f} s  {verdicts}", flush=True)
-    doc = {
-        "date": datetime.date.today().isoformat(),
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "command": "python benchmarks/frameworks_matrix.py"
-                   + (f" --only {args.only}" if args.only else ""),
-        "models": MODELS.split(","),
-        "entries": {n: entries[n] for n in ENTRIES if n in entries},
+    order = [n for n in [*ENTRIES, *TRIED] if n in entries]
+    Matrix(
+        date=datetime.date.today().isoformat(), torch=torch.__version__,
+        python=sys.version.split()[0],
+        command="python benchmarks/frameworks_matrix.py"
+                + (f" --only {args.only}" if args.only else ""),
+        models=MODELS.split(","), entries={n: entries[n] for n in order},
         # The same rows as reports/frameworks.json, each with its entry's name.
-        "rows": [{"entry": n, **row} for n in ENTRIES if n in entries
-                 for row in entries[n]["rows"]],
-    }
-    MATRIX.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {MATRIX.relative_to(ROOT)}")
+        rows=[MatrixRow(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)},
+                        entry=n) for n in order for row in entries[n].rows],
+    ).write()
+    print(f"wrote {Matrix.path().relative_to(ROOT)}")
     return 0
 
 

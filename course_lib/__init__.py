@@ -64,11 +64,14 @@ _EXPORTS: dict[str, str] = {
     "recipes": "course_lib.steps.recipes",
     "recipe_audit": "course_lib.jobs.recipes",
     "lr_scale": "course_lib.course.lr_scale",
-    # your framework, audited
+    # 11 your framework, audited
     "audit_frameworks": "course_lib.jobs.frameworks:audit_frameworks",
     "audit_trainer": "course_lib.jobs.frameworks:audit_trainer",
     "describe_frameworks": "course_lib.jobs.frameworks:describe",
     "FrameworksReport": "course_lib.jobs.frameworks:FrameworksReport",
+    "Matrix": "course_lib.jobs.frameworks:Matrix",
+    "predicted_formula": "course_lib.jobs.frameworks:predicted",
+    "installed_frameworks": "course_lib.jobs.frameworks:stack",
     # every chapter's closing table, and reports by name
     "summary": "course_lib.course.api:summary",
     "run_all": "course_lib.course.api:run_all",

@@ -7,8 +7,13 @@ import json
 import pytest
 
 from course_lib.frameworks import ADAPTERS, candidates, installed
-from course_lib.frameworks.expected import expected
-from course_lib.jobs.frameworks import DEFAULT_FRAMEWORKS, NOT_RUN, VERDICTS, FrameworksReport
+from course_lib.jobs.frameworks import (
+    DEFAULT_FRAMEWORKS,
+    NOT_RUN,
+    VERDICTS,
+    FrameworksReport,
+    predicted,
+)
 from course_lib.reports.store import report_path
 from tests.conftest import course_lib_cli
 
@@ -29,7 +34,8 @@ def test_every_framework_runs_on_two_model_classes(audited):
     report = FrameworksReport.load(out)
     ran = {(r.framework, r.model) for r in report.rows}
     assert ran == {(f, m) for f in DEFAULT_FRAMEWORKS for m in ("gpt2", "llama")}
-    assert set(DEFAULT_FRAMEWORKS) == set(ADAPTERS) - {"trainer"}
+    # Unsloth pins a torch of its own: the matrix audits it in its own venv.
+    assert set(DEFAULT_FRAMEWORKS) == set(ADAPTERS) - {"trainer", "unsloth"}
     assert report.every_verdict_measured and report.world_size == 2
 
 
@@ -61,7 +67,7 @@ def test_each_gradient_is_a_named_formula_on_every_rank(audited):
 def test_each_verdict_is_the_one_the_table_predicts(audited):
     out, _ = audited
     for r in FrameworksReport.load(out).rows:
-        want = expected(r.framework, r.version, r.model, r.flags, r.stack)
+        want = predicted(r)
         assert want is None or r.matches == want, (
             f"{r.framework} {r.version} {r.model} {r.flags}: the run matches "
             f"{r.matches!r}, the table says {want!r}: the run wins, fix the table")
@@ -85,6 +91,21 @@ def test_a_framework_that_is_not_installed_is_not_run(tmp_path, monkeypatch):
     assert code == 1
     (row,) = FrameworksReport.load(tmp_path).rows
     assert row.verdict == NOT_RUN and "pip install lightning" in row.reason
+
+
+def test_unsloth_runs_alone_and_says_how_to_install_it(tmp_path):
+    """Unsloth patches transformers and TRL for its whole process: mixed with
+    another framework it is refused; not installed, it is not run."""
+    proc = course_lib_cli("frameworks", "--framework", "hf,unsloth", "--out", tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "alone" in proc.stderr
+    if installed("unsloth") is None:
+        proc = course_lib_cli("frameworks", "--framework", "unsloth", "--model", "llama",
+                              "--out", tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        rows = FrameworksReport.load(tmp_path).rows
+        assert rows and all(r.verdict == NOT_RUN and "pip install unsloth" in r.reason
+                            for r in rows)
 
 
 LEARNER = '''

@@ -1,6 +1,8 @@
 """The frameworks audit's pieces that need no framework: the skewed window,
 its counts, and the candidate formulas."""
 
+import os
+
 import pytest
 import torch
 
@@ -80,25 +82,23 @@ def test_the_committed_matrix_agrees_with_the_table():
     """data/frameworks-matrix.json (benchmarks/frameworks_matrix.py) against
     frameworks/expected.py: where a run and the reading disagree, the run
     wins and the table is fixed."""
-    import json
+    from course_lib.frameworks.expected import expected_verdict
+    from course_lib.jobs.frameworks import Matrix, predicted
 
-    from course_lib.core import paths
-    from course_lib.frameworks.expected import expected, expected_verdict
-
-    doc = json.loads((paths.project_root() / "data" / "frameworks-matrix.json").read_text())
-    assert {"date", "torch", "command", "entries", "rows"} <= set(doc)
-    measured = [r for r in doc["rows"] if r["verdict"] != "not run"]
-    assert len({r["version"] for r in measured if r["framework"] == "hf"}) >= 7
+    doc = Matrix.committed()
+    assert doc.date and doc.torch and doc.command.startswith("python benchmarks/")
+    measured = doc.measured
+    assert len({r.version for r in measured if r.framework == "hf"}) >= 7
     for r in measured:
-        stack = r.get("stack") or {"transformers": r["version"]}
-        want = expected(r["framework"], r["version"], r["model"], r["flags"], stack)
-        verdict = expected_verdict(r["framework"], r["version"], r["model"], r["flags"])
-        where = f"{r['entry']} {r['model']} {r['flags']}"
-        assert want is None or r["matches"] == want, f"{where}: {r['matches']} != {want}"
-        assert verdict is None or r["verdict"] == verdict, f"{where}: {r['verdict']}"
-    for name, entry in doc["entries"].items():
-        assert entry["status"] in ("measured", "not run")
-        assert entry["status"] == "measured" or entry["reason"], f"{name}: no reason"
+        want = predicted(r)
+        verdict = expected_verdict(r.framework, r.version or "", r.model, r.flags)
+        where = f"{r.entry} {r.model} {r.flags}"
+        assert want is None or r.matches == want, f"{where}: {r.matches} != {want}"
+        assert verdict is None or r.verdict == verdict, f"{where}: {r.verdict}"
+        assert r.stack.get("torch"), f"{where}: the row names its torch"
+    for name, entry in doc.entries.items():
+        assert entry.status in ("measured", "not run")
+        assert entry.status == "measured" or entry.reason, f"{name}: no reason"
 
 
 @pytest.mark.parametrize("name", [c.name for c in candidates.CANDIDATES])
@@ -119,3 +119,19 @@ def test_inner_products_judge_as_the_gradients_do(built, name):
             float((g - scale * ref).norm() / ref.norm()), rel=1e-6, abs=1e-9)
     best, direct = seen.best(), best_match(g, counts, grads)
     assert best.name == direct.name and best.residual == pytest.approx(direct.residual)
+
+
+def test_one_configuration_leaves_the_environment_as_it_found_it(monkeypatch):
+    """transformers 4.x's TrainingArguments(bf16=True) exports
+    ACCELERATE_MIXED_PRECISION: without this, every later configuration in
+    the job (TRL 0.19.1's bf16=False among them) trained in bf16."""
+    from course_lib import frameworks
+
+    monkeypatch.setenv("COURSE_KEPT", "1")
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    with pytest.raises(RuntimeError), frameworks.isolated():
+        os.environ["ACCELERATE_MIXED_PRECISION"] = "bf16"
+        del os.environ["COURSE_KEPT"]
+        raise RuntimeError("a framework that fails still gives the environment back")
+    assert "ACCELERATE_MIXED_PRECISION" not in os.environ
+    assert os.environ["COURSE_KEPT"] == "1"

@@ -27,6 +27,7 @@ from course_lib.core.model import build_model
 from course_lib.core.reference import reference_gradient
 from course_lib.jobs.audit import BugsReport
 from course_lib.jobs.exercise import ExerciseReport, exercise
+from course_lib.jobs.frameworks import NOT_RUN, FrameworksReport
 from course_lib.jobs.parity import ParityReport, parity
 from course_lib.jobs.recipes import RecipesReport
 from course_lib.jobs.resume import ResumeReport, resume_check
@@ -225,6 +226,14 @@ def _recipes_rows(r: RecipesReport) -> list[Row]:
              else "SURPRISE", f"{len(exact)} of {len(r.recipes)} train the token mean")]
 
 
+def _frameworks_rows(f: FrameworksReport) -> list[Row]:
+    measured = [r for r in f.rows if r.verdict != NOT_RUN]
+    exact = [r for r in measured if r.verdict == "exact"]
+    names = ", ".join(dict.fromkeys(f"{r.framework} {r.version}" for r in measured))
+    return [("frameworks, audited", "MEASURED" if f.every_verdict_measured else "NOT RUN",
+             f"{len(exact)} of {len(measured)} train the token mean ({names})")]
+
+
 @dataclass(frozen=True)
 class Section:
     report: type[Report]
@@ -239,6 +248,8 @@ SECTIONS: dict[str, Section] = {
     "exercise": Section(ExerciseReport, _exercise_rows, "run `course-lib exercise`"),
     "bugs": Section(BugsReport, _bugs_rows, "run `course-lib bugs`"),
     "recipes": Section(RecipesReport, _recipes_rows, "run `course-lib recipes`"),
+    "frameworks": Section(FrameworksReport, _frameworks_rows,
+                          "run `course-lib frameworks`"),
 }
 PROTOCOL = ("parity", "resume", "evaluation", "exercise")  # what run-all produces
 

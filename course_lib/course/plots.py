@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from course_lib.course.api import EvaluationReport
     from course_lib.jobs.audit import BugsReport
     from course_lib.jobs.exercise import ExerciseReport
+    from course_lib.jobs.frameworks import Matrix, MatrixRow
     from course_lib.jobs.parity import ParityReport
     from course_lib.jobs.recipes import RecipesReport
     from course_lib.jobs.resume import ResumeReport
@@ -278,6 +279,57 @@ def recipe_errors(report: RecipesReport) -> Figure:
     ax.set_xlabel("relative gradient error ||g - g*|| / ||g*||")
     ax.set_title("Balanced counts hide the biased recipes; skewed counts expose them")
     fig.legend(frameon=False, loc="outside lower center", ncols=3, fontsize=8)
+    return fig
+
+
+def framework_matrix(matrix: Matrix) -> Figure:
+    """The version matrix as a heatmap: one row per framework version and
+    flags, one column per model class; the colour is the relative error
+    against the token mean, the text the formula the gradient matches."""
+    import math
+
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    from course_lib.frameworks.candidates import CANDIDATES
+    from course_lib.jobs.frameworks import NOT_RUN, RANKS_DISAGREE
+
+    formula = {c.name: c.formula.split(":")[0] for c in CANDIDATES}
+    models = list(matrix.models)
+    keys: dict[tuple, dict[str, MatrixRow]] = {}
+    for r in matrix.rows:
+        flags = ", ".join(f"{k.replace('average_tokens_across_devices', 'avg tokens')}="
+                          f"{v}" for k, v in r.flags.items())
+        label = f"{r.framework} {r.version or '?'}" + (f"  {flags}" if flags else "")
+        keys.setdefault((label,), {})[r.model] = r
+    keys = {k: v for k, v in keys.items() if any(r.verdict != NOT_RUN for r in v.values())}
+    labels = [k[0] for k in keys]
+    fig, (ax,) = _figure(height=0.26 * len(labels) + 1.4)
+    norm = Normalize(vmin=-7, vmax=0.5)
+    cmap = colormaps["viridis_r"]
+    for i, cells in enumerate(keys.values()):
+        for j, model in enumerate(models):
+            cell = cells.get(model)
+            if cell is None or cell.verdict == NOT_RUN or cell.relative_error is None:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="#dddddd"))
+                ax.text(j, i, "not run", ha="center", va="center", fontsize=7)
+                continue
+            err = math.log10(max(cell.relative_error, 1e-9))
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(norm(err))))
+            text = "ranks disagree" if cell.verdict == RANKS_DISAGREE else \
+                formula.get(cell.matches or "", "?")
+            ax.text(j, i, f"{text}  ({cell.relative_error:.0e})", ha="center",
+                    va="center", fontsize=7, color="white" if norm(err) > 0.6 else "black")
+    ax.set_xlim(-0.5, len(models) - 0.5)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xticks(range(len(models)), models)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.xaxis.tick_top()
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax,
+                 label="log10 relative error vs the token mean")
+    ax.set_title(f"The real loops, version by version ({matrix.date}, torch {matrix.torch}):"
+                 " the formula each gradient matches", fontsize=9)
     return fig
 
 

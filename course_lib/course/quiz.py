@@ -130,16 +130,19 @@ def questions(chapter: str) -> list[str]:
 # --- answers read from the chapters' run ------------------------------------------
 
 
-def _from(report: str, get: Callable[[Any], Any]) -> Callable[[], Any]:
+def _from(report: str, get: Callable[[Any], Any], file: str | None = None
+          ) -> Callable[[], Any]:
     """An answer read from the chapters' run: ``get`` of the report class
-    ``report`` ("module:Class"), loaded from the course's run directory."""
+    ``report`` ("module:Class"), loaded from the course's run directory
+    (from ``reports/<file>.json`` when the class's reports have several)."""
     def read():
         module, _, name = report.partition(":")
         cls = getattr(importlib.import_module(module), name)
         out = paths.default_out("course")
-        if not cls.exists(out):
-            raise FileNotFoundError(f"run the chapter's job first: no {cls.NAME}.json yet")
-        return get(cls.load(out))
+        if not cls.exists(out, file):
+            raise FileNotFoundError(f"run the chapter's job first: no "
+                                    f"{file or cls.NAME}.json yet")
+        return get(cls.load(out, file))
     return read
 
 
@@ -160,6 +163,63 @@ def _exact_recipes() -> list[str]:
     from course_lib.steps.recipes import trains_the_token_mean
 
     return [name for name in _recipe_names() if trains_the_token_mean(name)]
+
+
+# 11 framework_audit: configurations a learner predicts, as (framework, model, flags).
+AUDITED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "hf/llama/on": ("hf", "llama", {"average_tokens_across_devices": True}),
+    "hf/llama/off": ("hf", "llama", {"average_tokens_across_devices": False}),
+    "hf/gpt2/on": ("hf", "gpt2", {"average_tokens_across_devices": True}),
+    "accelerate/accumulate": ("accelerate", "llama", {"recipe": "accumulate"}),
+    "accelerate/docs_recipe": ("accelerate", "llama", {"recipe": "docs_recipe"}),
+    "lightning": ("lightning", "llama", {}),
+}
+
+
+def _exact_configurations() -> list[str]:
+    """Those the reading of the installed versions says train the token
+    mean (the chapter's run and the committed matrix check the reading)."""
+    from course_lib.frameworks import adapter, installed
+    from course_lib.frameworks.expected import expected
+
+    found = []
+    for key, (framework, model, flags) in AUDITED.items():
+        version = installed(adapter(framework).package)
+        stack = {"transformers": installed("transformers") or ""}
+        if version and expected(framework, version, model, flags, stack) == "exact":
+            found.append(key)
+    return found
+
+
+def _disagreeing_versions() -> str:
+    from course_lib.jobs.frameworks import RANKS_DISAGREE, Matrix
+
+    found = {r.version for r in Matrix.committed().measured if r.verdict == RANKS_DISAGREE}
+    return ",".join(sorted(v for v in found if v))
+
+
+def _matrix_versions() -> tuple[str, ...]:
+    from course_lib.jobs.frameworks import Matrix
+
+    return tuple(dict.fromkeys(r.version for r in Matrix.committed().rows
+                               if r.framework == "hf" and r.version))
+
+
+def _rank0_weight(report) -> float:
+    """N / (W N_0): how much more a rank-0 token weighs in a mean of rank means."""
+    c = next(r.counts for r in report.rows if r.counts is not None)
+    return c.N / (len(c.N_r) * c.N_r[0])
+
+
+def _shift_factor(report) -> float:
+    c = next(r.counts for r in report.rows if r.counts is not None)
+    return c.N / (c.N + c.R)
+
+
+def _candidate_names() -> tuple[str, ...]:
+    from course_lib.frameworks.candidates import CANDIDATES
+
+    return tuple(c.name for c in CANDIDATES)
 
 
 @cache
@@ -433,7 +493,39 @@ QUESTIONS: dict[str, Question] = {
         "with those of lightning", options=("trajectory", "accumulation_invariance",
                                             "world_size_invariance",
                                             "permutation_invariance", "no_sync")),
-    # 11 adapting
+    # 11 framework_audit
+    "framework_audit.predict": Question(
+        "With the versions installed here, which configurations train the "
+        "global token mean?", "choices", lambda: _exact_configurations(),
+        "for each, ask what the loss divides by: the window's N over every "
+        "rank, counted after the shift, or something local or per microbatch? "
+        "The model class matters on transformers >= 5.10.1.",
+        options=tuple(AUDITED)),
+    "framework_audit.1": Question(
+        "Read the live run's counts: by what factor does a Trainer that counts "
+        "the labels before the shift scale the gradient on this window?",
+        "number", _from("course_lib.jobs.frameworks:FrameworksReport", _shift_factor),
+        "each row whose first label is supervised adds one label the loss never "
+        "sees: the factor is N / N'", rel_tol=1e-6),
+    "framework_audit.2": Question(
+        "With average_tokens_across_devices off, a Llama trains the mean of rank "
+        "means: how many times the token mean's weight does each of rank 0's "
+        "tokens get?", "number",
+        _from("course_lib.jobs.frameworks:FrameworksReport", _rank0_weight),
+        "a token of rank r weighs 1 / (W N_r) instead of 1 / N: take the "
+        "ratio, with N and N_r from the report's counts", rel_tol=1e-6),
+    "framework_audit.3": Question(
+        "Which transformers version in the matrix leaves the ranks holding "
+        "different gradients?", "choice", lambda: _disagreeing_versions(),
+        "find the rows whose verdict is 'ranks disagree'", options=_matrix_versions),
+    "framework_audit.4": Question(
+        "Audit the Trainer whose compute_loss returns the model's mean loss "
+        "(make_mean_trainer): which formula does its gradient match?", "choice",
+        _from("course_lib.jobs.frameworks:FrameworksReport",
+              lambda r: r.rows[0].matches, "audit-trainer-make_mean_trainer"),
+        "run the audit_trainer cell on make_mean_trainer, then read 'matches'",
+        options=_candidate_names),
+    # 12 adapting
     "adapting.1": Question(
         "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "
         "per-token mean?", "number", 1.25, "(10 * 2 + 30 * 1) / 40"),

@@ -11,10 +11,12 @@ course never pays for it. A new framework is one module with an
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,12 +75,26 @@ ADAPTERS: dict[str, str] = {
     "accelerate": "course_lib.frameworks.accel",
     "lightning": "course_lib.frameworks.lightning_loop",
     "trl": "course_lib.frameworks.trl_sft",
+    "unsloth": "course_lib.frameworks.unsloth_sft",
     "trainer": "course_lib.frameworks.own_trainer",  # a learner's: `audit --trainer`
 }
 
 
 class UnknownFramework(ValueError):
-    """A --framework that has no adapter."""
+    """A --framework that has no adapter, or one that must run alone."""
+
+
+def exclusive(adapter: Adapter) -> bool:
+    """Whether the adapter changes the other frameworks for its whole
+    process (Unsloth patches transformers and TRL): it then runs alone, and
+    ``load()`` comes before the model is built."""
+    return bool(getattr(adapter, "exclusive", False))
+
+
+def load_first(adapter: Adapter) -> None:
+    """An exclusive adapter's imports, before anything builds a model."""
+    if exclusive(adapter):
+        adapter.load()  # type: ignore[attr-defined]
 
 
 def adapter(name: str) -> Adapter:
@@ -96,6 +112,23 @@ def installed(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+@contextlib.contextmanager
+def isolated() -> Iterator[None]:
+    """One configuration's environment variables, undone after it.
+
+    A framework may configure the next one through ``os.environ``:
+    transformers 4.x's ``TrainingArguments(bf16=True)`` sets
+    ``ACCELERATE_MIXED_PRECISION=bf16`` and a later ``bf16=False`` leaves it,
+    so every later configuration in the process trained in bf16.
+    """
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def train_and_capture(model: torch.nn.Module, train: Callable[[], Any],

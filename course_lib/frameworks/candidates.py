@@ -25,6 +25,7 @@ class Candidate:
     name: str
     formula: str  # what rank r backprops for microbatch m, after DDP's mean
     coefficient: Coefficient
+    objective: str | None = None  # the recipes' OBJECTIVES key it is, if any
 
 
 def _w(c: Counts) -> int:
@@ -37,21 +38,21 @@ def _m(c: Counts) -> int:
 
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate("exact", "S / N: the global token mean",
-              lambda c, r, m: 1 / c.N),
+              lambda c, r, m: 1 / c.N, "token_mean"),
     Candidate("counted before the shift", "S / (N + R): every row's first label "
-              "counted too", lambda c, r, m: 1 / (c.N + c.R)),
+              "counted too", lambda c, r, m: 1 / (c.N + c.R), "shift_scaled"),
     Candidate("mean of rank means", "S / (W N_r)",
-              lambda c, r, m: 1 / (_w(c) * c.N_r[r])),
+              lambda c, r, m: 1 / (_w(c) * c.N_r[r]), "rank_means"),
     Candidate("mean of rank means counted before the shift", "S / (W N_r')",
-              lambda c, r, m: 1 / (_w(c) * sum(c.n_before_shift[r]))),
+              lambda c, r, m: 1 / (_w(c) * sum(c.n_before_shift[r])), "rank_means_pre_shift"),
     Candidate("mean of microbatch means", "S / (W M n)",
-              lambda c, r, m: 1 / (_w(c) * _m(c) * c.n[r][m])),
+              lambda c, r, m: 1 / (_w(c) * _m(c) * c.n[r][m]), "microbatch_means"),
     Candidate("mean of microbatch means without 1/M", "S / (W n)",
-              lambda c, r, m: 1 / (_w(c) * c.n[r][m])),
+              lambda c, r, m: 1 / (_w(c) * c.n[r][m]), "microbatch_sums"),
     Candidate("exact without 1/M", "M S / N",
               lambda c, r, m: _m(c) / c.N),
     Candidate("exact times 1/W", "S / (W N)",
-              lambda c, r, m: 1 / (_w(c) * c.N)),
+              lambda c, r, m: 1 / (_w(c) * c.N), "world_scaled"),
     Candidate("mean of rank means without 1/M", "M S / (W N_r)",
               lambda c, r, m: _m(c) / (_w(c) * c.N_r[r])),
 )

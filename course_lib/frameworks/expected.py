@@ -61,9 +61,11 @@ def expected(framework: str, version: str, model: str, flags: dict[str, Any],
     if framework == "hf":
         default = Version(version) >= Version("4.54.0")  # #39395
         return _hf(version, model, bool(flags.get("average_tokens_across_devices", default)))
-    if framework == "trl":
+    if framework in ("trl", "unsloth"):
         # SFTTrainer is the HF Trainer's loop; its loss divides by the same
-        # num_items_in_batch (trl 1.16 sft_trainer.compute_loss).
+        # num_items_in_batch (trl 1.16 sft_trainer.compute_loss). Unsloth's
+        # patched get_batch_samples counts as the Trainer does (measured on
+        # 2026.10.9 with transformers 5.17.0: the same formulas).
         hf = (stack or {}).get("transformers")
         if hf is None:
             return None

@@ -13,6 +13,7 @@ framework trained instead.
 from __future__ import annotations
 
 import dataclasses
+import json
 import resource
 import shutil
 import tempfile
@@ -25,12 +26,14 @@ import torch
 import torch.distributed as dist
 
 from course_lib import frameworks
+from course_lib.core import paths
+from course_lib.core.files import write_atomically
 from course_lib.frameworks import candidates, models
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report, RunHeader
+from course_lib.reports.store import Report, RunHeader, to_json
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import BIASED, EXACT, EXACT_TOL, NON_FINITE, SCALED
@@ -110,6 +113,54 @@ class FrameworksReport(RunHeader, Report):
         return all(r.verdict != NOT_RUN for r in self.rows)
 
 
+# --- the version matrix: data/frameworks-matrix.json ------------------------------------
+
+
+@dataclass(frozen=True)
+class MatrixRow(FrameworkRow):
+    entry: str = ""  # the matrix entry (one pinned venv) that measured it
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    pins: list[str]  # what pip installed in the entry's venv
+    frameworks: str  # the adapters audited there; "" for a framework only tried
+    status: str  # "measured" or "not run"
+    reason: str = ""  # why not run: pip's reason, an import error, no adapter
+    rows: list[FrameworkRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Matrix(Report):
+    """The committed version matrix: ``benchmarks/frameworks_matrix.py``
+    writes it, the recipes table and the chapters read it."""
+
+    NAME: ClassVar[str] = "frameworks-matrix"
+    date: str
+    torch: str
+    python: str
+    command: str  # what made it
+    models: list[str]
+    entries: dict[str, MatrixEntry]
+    rows: list[MatrixRow]  # every entry's rows, each with its entry's name
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def path(cls) -> Path:
+        return paths.data_dir() / f"{cls.NAME}.json"
+
+    @classmethod
+    def committed(cls) -> Matrix:
+        return cls.from_dict(json.loads(cls.path().read_text()))
+
+    def write(self) -> Path:
+        return write_atomically(self.path(), to_json(self.to_dict()).encode())
+
+    @property
+    def measured(self) -> list[MatrixRow]:
+        return [r for r in self.rows if r.verdict != NOT_RUN]
+
+
 # --- in the launch -------------------------------------------------------------------
 
 
@@ -139,8 +190,9 @@ def _gather(t: torch.Tensor) -> list[torch.Tensor]:
 
 
 def stack() -> dict[str, str]:
-    """The installed versions of every audited framework's package."""
-    found = {}
+    """The installed versions of torch and of every audited framework's
+    package (an entry of the matrix may pin its own torch)."""
+    found = {"torch": str(torch.__version__)}
     for name in frameworks.ADAPTERS:
         package = frameworks.adapter(name).package
         version = frameworks.installed(package)
@@ -192,6 +244,7 @@ def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob, window: f
     shape = window_shape(ctx, spec)
     source = ctx.corpus.source
     adapter = frameworks.adapter(conf.framework)
+    frameworks.load_first(adapter)
     model = models.build(conf.model, fw_window.vocab_size(source), spec.seed,
                          models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
     workdir = Path(tempfile.mkdtemp(prefix=f"course-fw-{ctx.rank}-"))
@@ -295,8 +348,10 @@ def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
         ctx.log("framework", framework=conf.framework, model=conf.model, flags=conf.flags)
         seconds: dict[str, float] = {}
         if spec.timing:  # alone first: the audited run then finds the same warm caches
-            _, seconds["alone"] = _timed(_alone, ctx, conf, spec, window)
-        row, seconds["audited"] = _timed(_audit_one, ctx, conf, spec, window)
+            with frameworks.isolated():
+                _, seconds["alone"] = _timed(_alone, ctx, conf, spec, window)
+        with frameworks.isolated():
+            row, seconds["audited"] = _timed(_audit_one, ctx, conf, spec, window)
         if row is not None:
             rows.append(dataclasses.replace(row, seconds=seconds, peak_rss_mb=_peak_mb())
                         if spec.timing else row)
@@ -341,6 +396,16 @@ def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
     return FrameworksReport.load(out, report_name)
 
 
+def predicted(row: FrameworkRow) -> str | None:
+    """The formula that the reading of the sources (``frameworks/expected.py``)
+    names for this row's versions, model and flags, or None."""
+    from course_lib.frameworks.expected import expected
+
+    if row.version is None:
+        return None
+    return expected(row.framework, row.version, row.model, row.flags, row.stack)
+
+
 def describe(report: FrameworksReport) -> str:
     """One line per configuration: the verdict, the formula it matches."""
     lines = [f"Frameworks, audited: {report.world_size} ranks, {report.backend} on "
@@ -348,7 +413,7 @@ def describe(report: FrameworksReport) -> str:
              f"  {'framework':<11} {'version':<9} {'model':<7} {'flags':<36} "
              f"{'verdict':<17} matches"]
     for r in report.rows:
-        flags = ", ".join(f"{k}={v}" for k, v in r.flags.items()) or "-"
+        flags = ", ".join(f"{k}={_shown(k, v)}" for k, v in r.flags.items()) or "-"
         verdict = f"scaled x{r.factor:.4g}" if r.verdict == SCALED and r.factor else r.verdict
         tail = r.reason if r.verdict == NOT_RUN else (r.matches or "")
         if r.verdict != NOT_RUN and r.residual is not None and r.residual > TOLERANCE[
@@ -358,6 +423,14 @@ def describe(report: FrameworksReport) -> str:
                      f"{verdict:<17} {tail}")
         lines += [f"    note: {note}" for note in r.notes]
     return "\n".join(lines)
+
+
+def _shown(flag: str, value: Any) -> Any:
+    """A learner's Trainer spec by its file's name: the rest of the path is theirs."""
+    if flag == "spec" and isinstance(value, str):
+        where, _, name = value.rpartition(":")
+        return f"{Path(where).name}:{name}" if where else value
+    return value
 
 
 def configurations(names: list[str], model_types: list[str]
@@ -398,7 +471,10 @@ def parse_names(text: str | None, default: tuple[str, ...], what: str) -> list[s
     names = [n.strip() for n in (text or "").split(",") if n.strip()] or list(default)
     if what == "framework":
         for name in names:
-            frameworks.adapter(name)  # UnknownFramework: bad input
+            if frameworks.exclusive(frameworks.adapter(name)) and len(set(names)) > 1:
+                raise frameworks.UnknownFramework(
+                    f"--framework: {name} patches transformers and TRL for its whole "
+                    f"process: audit it alone (--framework {name})")
     elif frameworks.installed("transformers") is not None:
         for name in names:
             models.config(name, 8)  # UnknownModel: bad input

@@ -19,15 +19,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from course_lib import checks
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from course_lib import checks, frameworks
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
 from course_lib.core.normalize import EmptyWindowError
+from course_lib.frameworks.candidates import CANDIDATES
 from course_lib.jobs.audit import AuditInputError, audit, parse_checks
+from course_lib.jobs.frameworks import Matrix, MatrixRow
 from course_lib.jobs.kind import JobKind
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
@@ -40,6 +46,7 @@ from course_lib.steps.recipes import (
     SCALED,
     NonFiniteLossError,
     Prediction,
+    RealRun,
     Recipe,
     classify,
     describe_empty,
@@ -306,14 +313,14 @@ def describe(report: RecipesReport) -> str:
     tol = EXACT_TOL.get(report.dtype, EXACT_TOL["float32"])
     lines = [f"Production recipes: {report.world_size} ranks, {report.backend} on "
              f"{report.device}, {report.dtype}; relative gradient error per window",
-             f"{'recipe':<22} {'verdict (skewed)':<17} {'balanced':>8} {'skewed':>8}  "
+             f"{'recipe':<26} {'verdict (skewed)':<17} {'balanced':>8} {'skewed':>8}  "
              f"{'empty window':<20} {'fails'}"]
     for name, row in report.recipes.items():
         failed = ",".join(c for c, ok in row.checks.items() if not ok) or "-"
         mark = "" if row.matches else "  << not as predicted"
         errors = [error_text(row.relative_error[r], tol) for r in REGIMES]
         lines.append(
-            f"{name:<22} {verdict_text(row.verdict, row.factor):<17} "
+            f"{name:<26} {verdict_text(row.verdict, row.factor):<17} "
             f"{errors[0]:>8} {errors[1]:>8}  {empty_text(row):<20} {failed}{mark}")
     lines.append(f"every prediction holds: {report.every_prediction_holds}")
     return "\n".join(lines)
@@ -321,7 +328,80 @@ def describe(report: RecipesReport) -> str:
 
 def describe_recipes() -> str:
     """The recipes as the sources describe them: backprop, reduction, claim."""
-    lines = [f"  {'recipe':<22} {'per-microbatch backprop':<40} {'reduction'}"]
+    lines = [f"  {'recipe':<26} {'per-microbatch backprop':<38} {'reduction'}"]
     for name, r in RECIPES.items():
-        lines.append(f"  {name:<22} {r.backprop:<40} {r.reduction}")
+        lines.append(f"  {name:<26} {r.backprop:<38} {r.reduction}")
+    return "\n".join(lines)
+
+
+# --- the real code: what the version matrix measured for each recipe -----------------------
+
+
+@dataclass(frozen=True)
+class RealCode:
+    """The runs of the real code behind one recipe (rows of the committed
+    version matrix), and whether each trained the recipe's objective."""
+
+    recipe: str
+    formula: str | None  # the candidate formula the recipe's objective is
+    rows: list[MatrixRow]
+    unrun: str  # why the real code was not run, when no row is
+    tried: str = ""  # the matrix entry that tried it, and what it found
+
+    @property
+    def disagreeing(self) -> list[MatrixRow]:
+        return [r for r in self.rows if r.matches != self.formula]
+
+    @property
+    def agrees(self) -> bool:
+        return bool(self.rows) and not self.disagreeing
+
+    def text(self) -> str:
+        """One line: which versions and model classes were run, and the outcome."""
+        if not self.rows:
+            tried = f"; tried: {self.tried}" if self.tried else ""
+            return f"not run ({self.unrun}{tried})"
+        ran = "; ".join(_versions(self.rows, fw) for fw in dict.fromkeys(
+            r.framework for r in self.rows))
+        if self.agrees:
+            return f"run: {ran}: {self.formula}, as predicted"
+        odd = ", ".join(f"{r.entry} {r.model} {r.matches}" for r in self.disagreeing)
+        return f"run: {ran}: {len(self.disagreeing)} of {len(self.rows)} differ ({odd})"
+
+
+def _package(sel: RealRun) -> str:
+    return sel.package or frameworks.adapter(sel.framework).package
+
+
+def selects(sel: RealRun, row: MatrixRow) -> bool:
+    """Whether a measured matrix row ran the real code this selector names."""
+    version = row.stack.get(_package(sel)) or row.version
+    return (row.verdict != "not run" and row.framework == sel.framework
+            and version is not None and Version(version) in SpecifierSet(sel.versions)
+            and (not sel.models or row.model in sel.models)
+            and all(row.flags.get(k) == v for k, v in sel.flags))
+
+
+def _versions(rows: Sequence[MatrixRow], framework: str) -> str:
+    mine = [r for r in rows if r.framework == framework]
+    versions = sorted({r.version or "?" for r in mine}, key=Version)
+    models = sorted({r.model for r in mine})
+    label = "transformers" if framework == "hf" else framework
+    return f"{label} {', '.join(versions)} on {', '.join(models)}"
+
+
+def real_code(recipe: Recipe, matrix: Matrix) -> RealCode:
+    formula = next((c.name for c in CANDIDATES if c.objective == recipe.objective), None)
+    rows = [r for r in matrix.measured if any(selects(sel, r) for sel in recipe.real)]
+    entry = matrix.entries.get(recipe.tried) if recipe.tried else None
+    tried = f"{recipe.tried}, {entry.reason}" if entry else ""
+    return RealCode(recipe.name, formula, rows, recipe.unrun, tried)
+
+
+def describe_real(matrix: Matrix | None = None) -> str:
+    """Each recipe's real-code line, from the committed version matrix."""
+    matrix = matrix or Matrix.committed()
+    lines = [f"Real code, from {Matrix.path().name} ({matrix.date}, torch {matrix.torch}):"]
+    for name, recipe in RECIPES.items():
+        lines.append(f"  {name:<26} {real_code(recipe, matrix).text()}")
     return "\n".join(lines)

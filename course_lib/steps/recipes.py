@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -130,6 +131,19 @@ def hf_trainer_4_46_0(model, microbatches, world_size):
                      lambda lg, lb: sum_ce(lg, lb) / num_items * steps / steps)
 
 
+def hf_trainer_4_46_mean_loss(model, microbatches, world_size):
+    """HF Trainer 4.46.0-4.47 with a model that takes no loss kwargs (GPT-2):
+    the model's own mean, and nothing divides by the accumulation steps."""
+    return backprop_each(model, microbatches, mean_ce)
+
+
+def hf_trainer_local_tokens(model, microbatches, world_size):
+    """HF Trainer >= 4.46.3, average_tokens_across_devices off: S / N_r',
+    this rank's own window count, taken before the shift."""
+    num_items = torch.stack([count_before_shift(lb) for _, lb in microbatches]).sum()
+    return backprop_each(model, microbatches, lambda lg, lb: sum_ce(lg, lb) / num_items)
+
+
 def hf_trainer_avg_tokens(model, microbatches, world_size):
     """HF Trainer 4.46.2-5.9, average_tokens_across_devices: W * S / N', N'
     counted before the shift and summed over ranks."""
@@ -146,10 +160,19 @@ def hf_trainer_5_10_1(model, microbatches, world_size):
                      lambda lg, lb: sum_ce(lg, lb) / num_items * world_size)
 
 
+def accelerate_accumulate(model, microbatches, world_size):
+    """accelerate's ``accumulate()``: the model's mean loss, which
+    ``Accelerator.backward`` divides by the accumulation steps."""
+    return _mean_of_microbatch_means(model, microbatches)
+
+
 def accelerate_docs(model, microbatches, world_size):
-    """accelerate's guide: S * GA * W / N, then accelerate divides by GA."""
+    """accelerate's guide: S * GA * W / N', then accelerate divides by GA.
+    The guide counts ``labels.ne(-100)`` on the batch, before a causal LM
+    shifts its labels: N' = N + R."""
     steps = len(microbatches)
-    num_items = int(global_count(window_count(microbatches)))  # gathered, .item()
+    num_items = int(global_count(torch.stack([count_before_shift(lb)
+                                              for _, lb in microbatches]).sum()))
     return backprop_each(model, microbatches,
                      lambda lg, lb: sum_ce(lg, lb) * steps * world_size / num_items / steps)
 
@@ -232,9 +255,34 @@ OBJECTIVES = {
     "token_mean": "sum S / N: the global token mean",
     "microbatch_means": "a mean of per-microbatch means: exact only when every n is equal",
     "rank_means": "(1/W) sum_r S_r / N_r: exact only when every N_r is equal",
+    "rank_means_pre_shift": "(1/W) sum_r S_r / (N_r + R_r): rank means, each row's "
+                            "first label counted too",
+    "microbatch_sums": "(1/W) sum S / n: a mean of microbatch means without its 1/M",
     "world_scaled": "sum S / (W * N): the token mean times 1/W",
     "shift_scaled": "sum S / (N + R): the token mean times N / (N + R)",
 }
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """Selects the version matrix's rows that ran the real code of a recipe:
+    a framework, a PEP 440 range of ``package``'s version (the framework's
+    own by default), the model classes, and the flags that must be set."""
+
+    framework: str  # a frameworks adapter: hf, accelerate, lightning, trl
+    versions: str  # e.g. ">=4.46.3,<5.10.1"
+    models: tuple[str, ...] = ()  # model_types; () is any
+    flags: tuple[tuple[str, Any], ...] = ()  # (flag, value) pairs the row must hold
+    package: str = ""  # whose version ``versions`` bounds; "" is the framework's
+
+
+# average_tokens_across_devices, as the Trainer's rows of the matrix set it.
+_ON = (("average_tokens_across_devices", True),)
+_OFF = (("average_tokens_across_devices", False),)
+# The model classes the matrix audits, by what decides the Trainer's count:
+# GPT2LMHeadModel took no loss kwargs before 4.48 and has loss_type None;
+# LlamaForCausalLM takes them and resolves to ForCausalLMLoss.
+_LLAMA, _GPT2 = ("llama",), ("gpt2",)
 
 
 @dataclass(frozen=True)
@@ -250,6 +298,11 @@ class Recipe:
     objective: str  # a key of OBJECTIVES
     verdict: str  # one line
     empty: tuple[str, bool]  # (outcome, loss is finite) on a window with N = 0
+    # The runs of the real code this row re-implements (rows of the version
+    # matrix, data/frameworks-matrix.json), or why it was not run.
+    real: tuple[RealRun, ...] = ()
+    unrun: str = ""
+    tried: str = ""  # the matrix entry that tried to install it, if any
 
     @property
     def step(self) -> StepInfo:
@@ -275,9 +328,24 @@ def describe_empty(outcome: str, loss_finite: bool | None) -> str:
 
 
 def _recipe(func, label, framework, versions, citation, backprop, reduction,
-            objective, verdict, empty) -> Recipe:
+            objective, verdict, empty, real=(), unrun="", tried="") -> Recipe:
     return Recipe(func.__name__, func, label, framework, versions, citation,
-                  backprop, reduction, objective, verdict, empty)
+                  backprop, reduction, objective, verdict, empty, tuple(real), unrun,
+                  tried)
+
+
+# Why the real code of the frameworks without an adapter was not run here.
+NO_ADAPTER = {
+    "fairseq": "not tried: fairseq's loop is its fairseq-train CLI over binarized "
+               "datasets on disk; no adapter",
+    "torchtitan": "no adapter: its Trainer builds its own model, tokenizer and "
+                  "dataset from a TOML job config",
+    "Megatron-LM": "not tried: Megatron-LM's loop needs its own model-parallel setup "
+                   "and model classes; no adapter",
+    "nanoGPT": "nanoGPT is a script, not a package: its formula is the whole row",
+    "DeepSpeed": "not tried: no adapter for DeepSpeed's engine",
+    "this course": "this course's own rule: chapters 04-05 audit it",
+}
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
@@ -285,88 +353,144 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "course_lib.core.normalize.accumulate_window",
             "W·S / N", "mean", "token_mean",
             "exact; an empty window is refused on every rank (EmptyWindowError)",
-            (RAISES, None)),
+            (RAISES, None),
+            unrun=NO_ADAPTER["this course"]),
     _recipe(fairseq, "fairseq", "fairseq", "since v0.6.0 (2018)",
             "fairseq/trainer.py Trainer.train_step, FairseqOptimizer.multiply_grads "
             "(commits 1082ba35, 4a6f89d3)",
             "S", "mean, then grads × W / max(N, 1)", "token_mean",
             "exact: sums first, divides by the all-reduced sample size last",
-            (ZERO_STEP, True)),
+            (ZERO_STEP, True),
+            unrun=NO_ADAPTER["fairseq"]),
     _recipe(hf_trainer_le_4_45, "HF <=4.45", "HF transformers Trainer", "<= 4.45",
             "transformers/trainer.py Trainer.training_step + accelerate "
             "Accelerator.backward (loss / GA)",
             "S / (M·n)", "mean", "microbatch_means",
-            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+            "biased: a mean of microbatch means", (ZERO_STEP, False),
+            real=[RealRun("hf", "<4.46")]),
     _recipe(hf_trainer_4_46_0, "HF 4.46.0-1", "HF transformers Trainer",
             "4.46.0-4.46.1",
             "transformers PR #34191; trainer.py get_batch_samples, "
             "loss_utils.fixed_cross_entropy",
             "S / N_r (local window count)", "mean", "rank_means",
-            "biased: each rank's own window mean, averaged over ranks", (ZERO_STEP, False)),
-    _recipe(hf_trainer_avg_tokens, "HF 4.46.2-5.9", "HF transformers Trainer",
-            "4.46.2-5.9 with average_tokens_across_devices (default since 4.54)",
+            "biased: each rank's own window mean, averaged over ranks", (ZERO_STEP, False),
+            real=[RealRun("hf", ">=4.46.0,<4.46.2", _LLAMA),
+                  RealRun("hf", ">=5.10.1", _LLAMA, _OFF)]),
+    _recipe(hf_trainer_4_46_mean_loss, "HF 4.46-4.47, mean loss", "HF transformers Trainer",
+            "4.46.0-4.47 (not 4.46.2), a model that takes no loss kwargs (GPT-2)",
+            "transformers PR #34191 (model_accepts_loss_kwargs False), fixed for "
+            "GPT-2 by PR #35438 (4.48)",
+            "S / n", "mean", "microbatch_sums",
+            "biased: a mean of microbatch means, M times too large", (ZERO_STEP, False),
+            real=[RealRun("hf", ">=4.46.0,<4.48,!=4.46.2", _GPT2)]),
+    _recipe(hf_trainer_local_tokens, "HF >=4.46.3, local", "HF transformers Trainer",
+            ">= 4.46.3 with average_tokens_across_devices off (from 5.10.1: a model "
+            "whose loss_type is None, such as GPT-2)",
+            "transformers trainer.py _get_num_items_in_batch (no gather), compute_loss",
+            "S / N_r', N_r' = N_r + R_r", "mean", "rank_means_pre_shift",
+            "biased: each rank's own window mean, its first labels counted too",
+            (ZERO_STEP, False),
+            real=[RealRun("hf", ">=4.46.3,<4.48", _LLAMA, _OFF),
+                  RealRun("hf", ">=4.48,<5.10.1", (), _OFF),
+                  RealRun("hf", ">=5.10.1", _GPT2, _OFF)]),
+    _recipe(hf_trainer_avg_tokens, "HF 4.46.3-5.9", "HF transformers Trainer",
+            "4.46.3-5.9 with average_tokens_across_devices (default since 4.54); "
+            "from 5.10.1, a model whose loss_type is None (GPT-2); TRL's SFTTrainer and "
+            "Unsloth's too",
             "transformers PR #34373 (default: PR #39395); trainer.py "
             "_get_num_items_in_batch, compute_loss",
             "W·S / N', N' = N + R", "mean", "shift_scaled",
             "uniformly scaled by N / (N + R): every token weighs the same, "
-            "but too little", (ZERO_STEP, False)),
-    _recipe(hf_trainer_5_10_1, "HF >=5.10.1", "HF transformers Trainer", ">= 5.10.1",
+            "but too little", (ZERO_STEP, False),
+            real=[RealRun("hf", ">=4.46.3,<4.48", _LLAMA, _ON),
+                  RealRun("hf", ">=4.48,<5.10.1", (), _ON),
+                  RealRun("hf", ">=5.10.1", _GPT2, _ON),
+                  RealRun("trl", ">=4.48,<5.10.1", package="transformers"),
+                  RealRun("trl", ">=5.10.1", _GPT2, package="transformers"),
+                  RealRun("unsloth", ">=5.10.1", _GPT2, package="transformers")]),
+    _recipe(hf_trainer_5_10_1, "HF >=5.10.1", "HF transformers Trainer",
+            ">= 5.10.1, a model whose loss_type resolves to ForCausalLMLoss (Llama); "
+            "TRL's SFTTrainer and Unsloth's too",
             "transformers PR #46204; trainer.py _get_num_items_in_batch (labels[..., 1:])",
-            "W·S / N", "mean", "token_mean", "exact", (ZERO_STEP, False)),
+            "W·S / N", "mean", "token_mean", "exact", (ZERO_STEP, False),
+            real=[RealRun("hf", ">=5.10.1", _LLAMA, _ON),
+                  RealRun("trl", ">=5.10.1", _LLAMA, package="transformers"),
+                  RealRun("unsloth", ">=5.10.1", _LLAMA, package="transformers")]),
+    _recipe(accelerate_accumulate, "accelerate accumulate()", "HF accelerate",
+            "Accelerator.accumulate()",
+            "accelerate accelerator.py Accelerator.accumulate, Accelerator.backward "
+            "(loss / gradient_accumulation_steps)",
+            "S / (M·n)", "mean", "microbatch_means",
+            "biased: a mean of microbatch means", (ZERO_STEP, False),
+            real=[RealRun("accelerate", ">=1.0", (), (("recipe", "accumulate"),))]),
     _recipe(accelerate_docs, "accelerate docs", "HF accelerate (docs recipe)",
             "since PR #3193 (2024-12)",
             "accelerate docs/source/usage_guides/gradient_accumulation.md, PR #3193",
-            "W·S / N (×GA, then ÷GA)", "mean", "token_mean",
-            "exact when N is counted as the loss sees it", (ZERO_STEP, False)),
+            "W·S / N', N' = N + R (×GA, then ÷GA)", "mean", "shift_scaled",
+            "uniformly scaled by N / (N + R) on a causal LM: the guide counts the "
+            "labels before the model shifts them", (ZERO_STEP, False),
+            real=[RealRun("accelerate", ">=1.0", (), (("recipe", "docs_recipe"),))]),
     _recipe(torchtitan_pre_2206, "torchtitan <#2206", "torchtitan", "before #2206 (2026-01)",
             "torchtitan components/loss.py RescaleAccumulatedLoss (before PR #2206)",
             "S / (M·n)", "mean", "microbatch_means",
-            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+            "biased: a mean of microbatch means", (ZERO_STEP, False),
+            unrun=NO_ADAPTER["torchtitan"],
+            tried="torchtitan-0.3.0"),
     _recipe(torchtitan_fsdp, "torchtitan FSDP", "torchtitan",
             "#2206 on FSDP/HSDP (stops on NaN since #4226)",
             "torchtitan PR #2206 train_step (global_valid_tokens), "
             "disable_fsdp_gradient_division; PR #4226 (loss_is_finite)",
             "S / N", "sum (gradient divide factor 1)", "token_mean",
-            "exact: a SUM reduction needs no W", (RAISES, None)),
+            "exact: a SUM reduction needs no W", (RAISES, None),
+            unrun=NO_ADAPTER["torchtitan"],
+            tried="torchtitan-0.3.0"),
     _recipe(torchtitan_ddp, "torchtitan DDP", "torchtitan",
             "#2206 on pure DDP, until #2458 (2026-03)",
             "torchtitan PR #2206 with apply_ddp (replicate averages); "
             "documented in PR #2323, fixed by PR #2458",
             "S / N", "mean", "world_scaled",
             "uniformly scaled by 1/W: DDP averages what was already a global mean",
-            (ZERO_STEP, False)),
+            (ZERO_STEP, False),
+            unrun=NO_ADAPTER["torchtitan"],
+            tried="torchtitan-0.3.0"),
     _recipe(megatron_default, "Megatron default", "Megatron-LM",
             "default (calculate_per_token_loss=False)",
             "megatron/core/pipeline_parallel/schedules.py forward_step_calc_loss "
             "(clamp: commit 1aef9f8eff)",
             "S / (M·max(n, 1))", "mean", "microbatch_means",
-            "biased: a mean of microbatch means", (ZERO_STEP, True)),
+            "biased: a mean of microbatch means", (ZERO_STEP, True),
+            unrun=NO_ADAPTER["Megatron-LM"]),
     _recipe(megatron_pre_clamp, "Megatron pre-clamp", "Megatron-LM",
             "default, 2024-05 to 2025-09 (before commit 1aef9f8eff)",
             "megatron/core/pipeline_parallel/schedules.py forward_step_calc_loss "
             "(commits 795b45cc0e..1aef9f8eff)",
             "S / (M·n), S masked multiplicatively", "mean", "microbatch_means",
             "biased; one microbatch with n = 0 turns every gradient into NaN",
-            (NAN, False)),
+            (NAN, False),
+            unrun=NO_ADAPTER["Megatron-LM"]),
     _recipe(megatron_per_token, "Megatron per-token", "Megatron-LM",
             "calculate_per_token_loss=True",
             "megatron/core/distributed/finalize_model_grads.py finalize_model_grads "
             "(commit 795b45cc0e)",
             "S", "sum, then grads × 1 / clamp(N, 1)", "token_mean",
-            "exact: sums, then divides by the all-reduced count", (ZERO_STEP, True)),
+            "exact: sums, then divides by the all-reduced count", (ZERO_STEP, True),
+            unrun=NO_ADAPTER["Megatron-LM"]),
     _recipe(lightning, "Lightning", "PyTorch Lightning", "accumulate_grad_batches",
             "lightning loops/optimization/automatic.py "
             "ClosureResult.from_training_step_output (normalize)",
             "mean CE / M", "mean", "microbatch_means",
-            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+            "biased: a mean of microbatch means", (ZERO_STEP, False),
+            real=[RealRun("lightning", ">=2.0")]),
     _recipe(nanogpt, "nanoGPT", "nanoGPT", "train.py (HEAD 3adf61e)",
             "karpathy/nanoGPT train.py (loss / gradient_accumulation_steps)",
             "(S / n) / M", "mean", "microbatch_means",
-            "exact only while every n is equal (no masking)", (ZERO_STEP, False)),
+            "exact only while every n is equal (no masking)", (ZERO_STEP, False),
+            unrun=NO_ADAPTER["nanoGPT"]),
     _recipe(deepspeed, "DeepSpeed", "DeepSpeed", "engine.backward, scale_wrt_gas=True",
             "deepspeed/runtime/engine.py DeepSpeedEngine.backward (_scale_loss_by_gas)",
             "(S / n) / M", "mean", "microbatch_means",
-            "biased: a mean of microbatch means", (ZERO_STEP, False)),
+            "biased: a mean of microbatch means", (ZERO_STEP, False),
+            unrun=NO_ADAPTER["DeepSpeed"]),
 )}
 
 
@@ -379,6 +503,7 @@ class WindowShape:
 
     microbatch_tokens: list[list[int]]  # [rank][micro] -> n
     first_label_rows: int  # R: rows whose first label is supervised
+    rank_first_label_rows: tuple[int, ...] = ()  # R_r per rank; () when unknown (0s)
 
     @property
     def world_size(self) -> int:
@@ -395,10 +520,11 @@ class WindowShape:
 
 def window_shape(microbatches_per_rank: Sequence[Sequence[Microbatch]]) -> WindowShape:
     """Counts from every rank's microbatches (labels only)."""
+    rows = tuple(sum(int(count_tokens(lb[:, :1])) for _, lb in rank)
+                 for rank in microbatches_per_rank)
     return WindowShape(
         [[int(count_tokens(lb)) for _, lb in rank] for rank in microbatches_per_rank],
-        sum(int(count_tokens(lb[:, :1])) for rank in microbatches_per_rank
-            for _, lb in rank))
+        sum(rows), rows)
 
 
 @dataclass(frozen=True)
@@ -420,9 +546,23 @@ def predict(objective: str, shape: WindowShape) -> Prediction:
         w = shape.world_size
         return Prediction(EXACT) if w == 1 else Prediction(SCALED, 1.0 / w)
     if objective == "shift_scaled":
-        n, r = shape.tokens, shape.first_label_rows
-        return Prediction(EXACT) if r == 0 else Prediction(SCALED, n / (n + r))
+        return _shift_scaled(shape)
+    if objective == "rank_means_pre_shift":  # exact or scaled only on equal N_r + R_r
+        rows = shape.rank_first_label_rows or (0,) * shape.world_size
+        totals = {n + r for n, r in zip(shape.local_tokens, rows, strict=True)}
+        return _shift_scaled(shape) if len(totals) == 1 else Prediction(BIASED)
+    if objective == "microbatch_sums":  # M times the token mean when every n is equal
+        counts = {n for rank in shape.microbatch_tokens for n in rank}
+        steps = len(shape.microbatch_tokens[0])
+        if len(counts) > 1:
+            return Prediction(BIASED)
+        return Prediction(EXACT) if steps == 1 else Prediction(SCALED, float(steps))
     raise ValueError(f"unknown objective {objective!r}")
+
+
+def _shift_scaled(shape: WindowShape) -> Prediction:
+    n, r = shape.tokens, shape.first_label_rows
+    return Prediction(EXACT) if r == 0 else Prediction(SCALED, n / (n + r))
 
 
 def trains_the_token_mean(name: str) -> bool:

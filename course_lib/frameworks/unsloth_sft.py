@@ -1,0 +1,32 @@
+"""Unsloth: TRL's ``SFTTrainer`` with Unsloth's patches, which it applies to
+transformers and TRL, for the whole process, when it is imported (its own
+``get_batch_samples`` and loss among them). So it is audited alone in its
+job (``exclusive``), and imported before the model is built, as Unsloth
+asks. On a machine without a GPU, Unsloth trains on the CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from course_lib.frameworks import Captured, Setup
+from course_lib.frameworks.trl_sft import TRLAdapter
+from course_lib.frameworks.window import Window
+
+
+class UnslothAdapter(TRLAdapter):
+    package = "unsloth"
+    exclusive = True  # it patches the frameworks of every later configuration
+
+    def load(self) -> None:
+        """Before transformers builds the model: Unsloth patches it on import."""
+        import unsloth  # noqa: F401
+
+    def prepare(self, setup: Setup, model: torch.nn.Module, window: Window
+                ) -> Callable[[], Captured]:
+        self.load()
+        return super().prepare(setup, model, window)
+
+
+ADAPTER = UnslothAdapter()
