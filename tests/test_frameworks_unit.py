@@ -135,3 +135,19 @@ def test_one_configuration_leaves_the_environment_as_it_found_it(monkeypatch):
         raise RuntimeError("a framework that fails still gives the environment back")
     assert "ACCELERATE_MIXED_PRECISION" not in os.environ
     assert os.environ["COURSE_KEPT"] == "1"
+
+
+def test_inner_products_in_blocks_are_the_dot_products():
+    """candidates.pairs, a block of columns at a time, against torch.dot in
+    float64: among one set of vectors, and across two."""
+    torch.manual_seed(0)
+    a = [torch.randn(2500) for _ in range(3)]
+    b = [torch.randn(2500) for _ in range(2)]
+    among = candidates.pairs(a, chunk=1000)
+    across = candidates.pairs(a, b, chunk=700)
+    for i, x in enumerate(a):
+        for j, y in enumerate(a):
+            assert among[i, j] == pytest.approx(float(x.double() @ y.double()), rel=1e-12)
+        for j, y in enumerate(b):
+            assert across[i, j] == pytest.approx(float(x.double() @ y.double()), rel=1e-12)
+    assert across.shape == (3, 2) and torch.equal(among, among.T)

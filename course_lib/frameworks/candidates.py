@@ -10,7 +10,7 @@ exact one is the global token mean, c = 1 / N.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -78,6 +78,28 @@ def dot(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 22) -> float:
                      for i in range(0, a.numel(), chunk)))
 
 
+def pairs(vectors: Sequence[torch.Tensor], others: Sequence[torch.Tensor] | None = None,
+          chunk: int = 1 << 20) -> torch.Tensor:
+    """float64 inner products <v_i, w_j> of equally long vectors: (K, K)
+    among ``vectors``, or (K, L) against ``others``. A block of columns at
+    a time, in float64: each component is converted once, not once per pair
+    (a float32 product is exact in float64)."""
+    rows = [v.flatten() for v in vectors]
+    cols = rows if others is None else [w.flatten() for w in others]
+    n = rows[0].numel()
+    found = torch.zeros((len(rows), len(cols)), dtype=torch.float64)
+    left = torch.empty((len(rows), min(chunk, n)), dtype=torch.float64)
+    right = left if others is None else torch.empty((len(cols), min(chunk, n)),
+                                                     dtype=torch.float64)
+    for start in range(0, n, chunk):
+        width = min(chunk, n - start)
+        for block, vs in ((left, rows), (right, cols))[: 1 if others is None else 2]:
+            for i, v in enumerate(vs):
+                block[i, :width].copy_(v[start:start + width])
+        found += left[:, :width] @ right[:, :width].T
+    return found
+
+
 @dataclass(frozen=True)
 class Gram:
     """The microbatch gradients' inner products, in (rank, micro) order."""
@@ -87,13 +109,7 @@ class Gram:
 
     @classmethod
     def of(cls, counts: Counts, grads: list[list[torch.Tensor]]) -> Gram:
-        flat = [g for row in grads for g in row]
-        k = len(flat)
-        pairs = torch.zeros((k, k), dtype=torch.float64)
-        for i in range(k):
-            for j in range(i, k):
-                pairs[i, j] = pairs[j, i] = dot(flat[i], flat[j])
-        return cls(counts, pairs)
+        return cls(counts, pairs([g for row in grads for g in row]))
 
     def coefficients(self, candidate: Candidate) -> torch.Tensor:
         c = self.counts

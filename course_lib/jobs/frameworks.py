@@ -12,6 +12,7 @@ framework trained instead.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import resource
@@ -189,6 +190,40 @@ def _gather(t: torch.Tensor) -> list[torch.Tensor]:
     return everyone
 
 
+def _inner_products(mine: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """(W K, W K) float64 inner products of every rank's K vectors, ordered
+    (rank, index), on every rank. Rank r computes its own block and, as
+    rank s > r broadcasts its vectors, the block (r, s); one all_reduce
+    adds the blocks up. Broadcasts, not gathers: gloo's all_gather of a
+    124M-component vector is many times slower than its broadcast."""
+    w, rank, k = dist.get_world_size(), dist.get_rank(), len(mine)
+    found = torch.zeros((w * k, w * k), dtype=torch.float64)
+    here = slice(rank * k, (rank + 1) * k)
+    found[here, here] = candidates.pairs(mine)
+    for s in range(1, w):
+        theirs = [v.to(device) if s == rank else torch.empty(v.numel(), device=device)
+                  for v in mine]
+        for v in theirs:
+            dist.broadcast(v, src=s)
+        if rank < s:
+            there = slice(s * k, (s + 1) * k)
+            found[here, there] = candidates.pairs(mine, [v.cpu() for v in theirs])
+            found[there, here] = found[here, there].T
+        del theirs
+    found = found.to(device)
+    dist.all_reduce(found)
+    return found.cpu()
+
+
+def _judged(counts: fw_window.Counts, everything: torch.Tensor, micro: list[int],
+            captured: list[int]) -> list[candidates.Against]:
+    """Each rank's captured gradient seen from the microbatch gradients, by
+    their indices in ``everything`` (a matrix of inner products)."""
+    gram = candidates.Gram(counts, everything[micro][:, micro])
+    return [candidates.Against(gram, everything[c, micro], float(everything[c, c]))
+            for c in captured]
+
+
 def stack() -> dict[str, str]:
     """The installed versions of torch and of every audited framework's
     package (an entry of the matrix may pin its own torch)."""
@@ -201,11 +236,11 @@ def stack() -> dict[str, str]:
     return found
 
 
-def _judge(g: torch.Tensor, seen: candidates.Against, tol: float) -> tuple[str, RankResult]:
+def _judge(finite: bool, seen: candidates.Against, tol: float) -> tuple[str, RankResult]:
     """Exact, uniformly scaled (collinear with g*) or biased, as ``classify``
     judges, from inner products; non-finite when a component is not finite."""
     exact = candidates.CANDIDATES[0]
-    if not bool(torch.isfinite(g).all()):
+    if not finite:
         return NON_FINITE, RankResult(-1, None, None)
     rel, scale = seen.residual(exact), seen.scale(exact)
     collinear = seen.residual(exact, scale)
@@ -214,17 +249,19 @@ def _judge(g: torch.Tensor, seen: candidates.Against, tol: float) -> tuple[str, 
 
 
 def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
-         grads: list[torch.Tensor], micro: list[list[torch.Tensor]], precision: str,
-         notes: list[str] | None = None) -> FrameworkRow:
+         seen: list[candidates.Against], finite: list[bool], apart: list[float],
+         precision: str, notes: list[str] | None = None) -> FrameworkRow:
+    """The row, from each rank's captured gradient seen from the microbatch
+    gradients (``seen``), whether it is finite, and its distance to rank 0's
+    (``apart``)."""
     tol = TOLERANCE[precision]
-    gram = candidates.Gram.of(counts, micro)
-    seen = [candidates.Against.of(gram, g, micro) for g in grads]
-    judged = [_judge(g, s, tol) for g, s in zip(grads, seen, strict=True)]
+    judged = [_judge(f, a, tol) for f, a in zip(finite, seen, strict=True)]
     ranks = [dataclasses.replace(res, rank=r) for r, (_, res) in enumerate(judged)]
     first, first_result = judged[0]
-    ref_norm = seen[0].gram.coefficients(candidates.CANDIDATES[0])
+    gram = seen[0].gram
+    ref_norm = gram.coefficients(candidates.CANDIDATES[0])
     ref_norm = float(ref_norm @ gram.pairs @ ref_norm) ** 0.5
-    disagree = any(float((g - grads[0]).norm()) > tol * ref_norm for g in grads[1:])
+    disagree = any(d > tol * ref_norm for d in apart[1:])
     match = seen[0].best()
     verdict = RANKS_DISAGREE if disagree else (BIASED if first == NON_FINITE else first)
     return FrameworkRow(
@@ -237,16 +274,21 @@ def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
         notes=list(notes or []))
 
 
-def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob, window: fw_window.Window
+def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
+           window: fw_window.Window, keep: bool = True
            ) -> tuple[Any, torch.nn.Module, Any, Path]:
     """The configuration's model and framework, on every rank: (prepared
-    training or None, model, the rank's failure or "", scratch directory)."""
+    training or None, a copy of the untrained model (``keep``, else the
+    model itself), the rank's failure or "", scratch directory)."""
     shape = window_shape(ctx, spec)
     source = ctx.corpus.source
     adapter = frameworks.adapter(conf.framework)
     frameworks.load_first(adapter)
     model = models.build(conf.model, fw_window.vocab_size(source), spec.seed,
                          models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
+    # The reference starts from these weights: copied before the framework
+    # sees the model (cheaper than building and initialising it again).
+    initial = copy.deepcopy(model) if keep else model
     workdir = Path(tempfile.mkdtemp(prefix=f"course-fw-{ctx.rank}-"))
     setup = frameworks.Setup(
         conf.framework, conf.model, conf.flags, shape, workdir, ctx.backend,
@@ -254,11 +296,11 @@ def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob, window: f
         rebuild=lambda b, m: fw_window.build(dataclasses.replace(
             shape, batch_size=b, microbatches=m), source))
     try:
-        return adapter.prepare(setup, model, window), model, "", workdir
+        return adapter.prepare(setup, model, window), initial, "", workdir
     except Exception as exc:  # noqa: BLE001 - reported by the caller, if every rank agrees
         failure = _why(exc)
         ctx.log("framework_failed", message=failure)
-        return None, model, failure, workdir
+        return None, initial, failure, workdir
 
 
 def window_shape(ctx: RankContext, spec: FrameworksJob) -> fw_window.WindowShape:
@@ -270,8 +312,7 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
                window: fw_window.Window) -> FrameworkRow | None:
     """One configuration, on every rank; its row on rank 0."""
     adapter = frameworks.adapter(conf.framework)
-    train, model, failure, workdir = _build(ctx, conf, spec, window)
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    train, initial, failure, workdir = _build(ctx, conf, spec, window)
     # The framework is built, and nothing has crossed the process group
     # yet. One that refuses the configuration refuses it on every rank: the
     # row is "not run", with the reason. A rank that failed alone fails the
@@ -288,34 +329,37 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
         captured = train()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    grads = _gather(captured.grad.to(ctx.device))
     seen: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(seen, captured.seen)
     fed = [list(s) if s else rank for s, rank in zip(seen, window, strict=True)]
-    # Each rank takes the summed-loss gradient of its own microbatches, from
-    # the initial weights, as it ran them in the framework: the ranks share
-    # the work, and rank 0 gathers the gradients.
-    fresh = models.build(conf.model, fw_window.vocab_size(ctx.corpus.source), spec.seed,
-                         models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
-    fresh.load_state_dict(initial)
-    mine = fw_reference.microbatch_grads(fresh, [fed[ctx.rank]])[0]
-    del fresh
-    micro = None
-    if len({len(f) for f in fed}) == 1:  # the same on every rank: fed is gathered
-        gathered = [_gather(g.to(ctx.device)) for g in mine]  # [micro][rank]
-        micro = [[gathered[m][r].cpu() for m in range(len(mine))]
-                 for r in range(ctx.world_size)]
+    finite: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(finite, bool(torch.isfinite(captured.grad).all()))
+    version, counts = frameworks.installed(adapter.package), fw_window.counts(fed)
+    w = ctx.world_size
+    if len({len(f) for f in fed}) == 1:
+        # Each rank takes the summed-loss gradient of its own microbatches,
+        # from the initial weights, as it ran them in the framework; the
+        # ranks share the inner products (a block of them each).
+        mine = fw_reference.microbatch_grads(initial, [fed[ctx.rank]])[0]
+        everything = _inner_products([*mine, captured.grad], ctx.device)
+        k = len(mine) + 1
+        micro = [r * k + m for r in range(w) for m in range(k - 1)]
+        grads = [r * k + k - 1 for r in range(w)]
     else:  # ranks ran different numbers of microbatches: rank 0 takes them all
+        gathered = _gather(captured.grad.to(ctx.device))
         if ctx.rank != 0:
             return None
-        again = models.build(conf.model, fw_window.vocab_size(ctx.corpus.source), spec.seed,
-                             models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
-        again.load_state_dict(initial)
-        micro = fw_reference.microbatch_grads(again, fed)
+        flat = [g for row in fw_reference.microbatch_grads(initial, fed) for g in row]
+        everything = candidates.pairs([*flat, *(g.cpu() for g in gathered)])
+        micro, grads = list(range(len(flat))), list(range(len(flat), len(flat) + w))
     if ctx.rank != 0:
         return None
-    return _row(conf, frameworks.installed(adapter.package), fw_window.counts(fed),
-                [g.cpu() for g in grads], micro, captured.precision, captured.notes)
+    seen_from = _judged(counts, everything, micro, grads)
+    g0 = grads[0]
+    apart = [max(float(everything[c, c] - 2 * everything[c, g0] + everything[g0, g0]), 0.0)
+             ** 0.5 for c in grads]
+    return _row(conf, version, counts, seen_from, finite, apart, captured.precision,
+                captured.notes)
 
 
 def _timed(run: Any, *args: Any) -> tuple[Any, float]:
@@ -331,7 +375,7 @@ def _alone(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
            window: fw_window.Window) -> None:
     """The framework running the window by itself: its own loop, nothing of
     the audit after it (the benchmark's baseline)."""
-    train, _, failure, workdir = _build(ctx, conf, spec, window)
+    train, _, failure, workdir = _build(ctx, conf, spec, window, keep=False)
     try:
         if not failure:
             train()
