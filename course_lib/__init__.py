@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "err_bound": "course_lib.reports.numbers:err_bound",
     # 05 DDP parity
     "reference": "course_lib.course.api:single_process_reference",
+    "objectives": "course_lib.core.objectives",
     "parity": "course_lib.jobs.parity:parity",
     # 06 the bug lab
     "steps": "course_lib.steps",

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from course_lib import checks, steps
-from course_lib.core import arithmetic, checkpoint, paths
+from course_lib.core import arithmetic, checkpoint, objectives, paths
 from course_lib.core.config import ConfigError
 from course_lib.core.data import DataLockError, lock_record, make_plan
 from course_lib.course import api
@@ -165,6 +165,11 @@ def cmd_parity(args) -> int:
     return 0
 
 
+OBJECTIVE_HELP = ("the unit the reference averages over: " + ", ".join(
+    n if n != "constant" else "constant:C" for n in objectives.NAMES)
+    + f" (default {objectives.DEFAULT})")
+
+
 def cmd_audit(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
@@ -173,7 +178,8 @@ def cmd_audit(args) -> int:
     if args.trainer is not None:
         return _audit_trainer(args, cfg, out)
     names = audits.parse_checks(args.checks)
-    found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype, **_launch_kw(args))
+    found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype,
+                         objective=args.objective, **_launch_kw(args))
     (report,) = found.values()
     print(audits.describe(report))
     print(f"report: {report_path(out, audits.AuditReport.file_name(report.step))}")
@@ -205,7 +211,8 @@ def _audit_trainer(args, cfg, out: Path) -> int:
 def cmd_bugs(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
-    report = audits.bugs(cfg, out, dtype=args.dtype, **_launch_kw(args))
+    report = audits.bugs(cfg, out, objective=args.objective, dtype=args.dtype,
+                         **_launch_kw(args))
     print(audits.describe_bugs(report))
     print(f"report: {report_path(out, audits.BugsReport.NAME)}")
     if not (report.every_bug_caught and report.no_false_alarm):
@@ -432,9 +439,11 @@ def build_parser() -> Parser:
     p.add_argument("--checks", default=None, metavar="a,b,...",
                    help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
+    p.add_argument("--objective", default=None, metavar="UNIT", help=OBJECTIVE_HELP)
     p = add("bugs", cmd_bugs, "every built-in step through every check -> "
             "reports/bugs.json", True)
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
+    p.add_argument("--objective", default=None, metavar="UNIT", help=OBJECTIVE_HELP)
     p = add("recipes", cmd_recipes, "the frameworks' recipes: verdicts on a balanced, "
             "a skewed and an empty window -> reports/recipes.json", True)
     p.add_argument("--checks", default=None, metavar="a,b,...",

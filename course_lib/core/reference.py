@@ -10,6 +10,7 @@ from torch import nn
 
 from course_lib.core.model import count_tokens, loss_sum
 from course_lib.core.normalize import EmptyWindowError, Microbatch
+from course_lib.core.objectives import Objective, window_loss
 
 
 def flat_grad(model: nn.Module) -> torch.Tensor:
@@ -20,19 +21,24 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
     ])
 
 
-def reference_gradient(model: nn.Module,
-                       microbatches: Sequence[Microbatch]) -> tuple[torch.Tensor, int, float]:
-    """One backward through the mean over every supervised token of the window.
+def reference_gradient(model: nn.Module, microbatches: Sequence[Microbatch],
+                       objective: Objective | None = None) -> tuple[torch.Tensor, int, float]:
+    """One backward through the mean over every supervised token of the
+    window, or through another objective's window loss (``core.objectives``).
 
     ``microbatches`` holds every rank's microbatches of the window. Returns
-    (flat gradient, N, window loss per token).
+    (flat gradient, N, window loss: per token for the token mean).
     """
     n = int(sum(count_tokens(labels) for _, labels in microbatches))
     if n <= 0:
         raise EmptyWindowError("no supervised token in the window (N = 0)")
     model.zero_grad(set_to_none=True)
-    sums = [loss_sum(model(inputs), labels) for inputs, labels in microbatches]
-    loss = sum(sums[1:], sums[0]) / n
+    if objective is None or objective.name == "token":
+        sums = [loss_sum(model(inputs), labels) for inputs, labels in microbatches]
+        loss = sum(sums[1:], sums[0]) / n
+    else:
+        loss = window_loss(objective, [(model(inputs), labels)
+                                       for inputs, labels in microbatches])
     loss.backward()
     return flat_grad(model), n, float(loss.detach())
 

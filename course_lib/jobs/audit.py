@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from course_lib import checks
 from course_lib.checks import CheckResult
-from course_lib.core import paths
+from course_lib.core import objectives, paths
 from course_lib.core.config import Config
 from course_lib.jobs import world_size
 from course_lib.jobs.kind import JobKind, launch
@@ -25,11 +25,12 @@ from course_lib.rank import harness
 from course_lib.rank.context import RankContext
 from course_lib.reports.store import Report, RunHeader
 from course_lib.run.runfile import JobSpec
-from course_lib.steps import BUILTIN, StepInfo, load
+from course_lib.steps import StepInfo, load
+from course_lib.steps.objectives import CATALOGS
 
 
 class AuditInputError(ValueError):
-    """Bad --step, --checks or --dtype."""
+    """Bad --step, --checks, --dtype or --objective."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class AuditJob(JobSpec):
     checks: list[str]
     trajectory_updates: int = 5
     step_timeout: float = 60.0
+    objective: str = objectives.DEFAULT  # the reference: token, sequence, ... or constant:C
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class AuditReport(RunHeader, Report):
     compared_values: int
     checks: dict[str, CheckResult]
     passed: bool
+    objective: str = objectives.DEFAULT  # a report written before objectives: the token mean
     extra: dict = field(default_factory=dict, repr=False)
 
     @staticmethod
@@ -76,6 +79,7 @@ class BugsReport(RunHeader, Report):
     steps: dict[str, BugRow]
     every_bug_caught: bool
     no_false_alarm: bool
+    objective: str = objectives.DEFAULT
     extra: dict = field(default_factory=dict, repr=False)
 
 
@@ -85,20 +89,25 @@ class BugsReport(RunHeader, Report):
 def run_rank(ctx: RankContext, spec: AuditJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     todo = checks.select(spec.checks)
-    for i, name in enumerate(spec.steps):
-        step = load(name)
-        ctx.state.audited = step.name
-        ctx.log("audit_step", step=step.name)
-        found = checks.Auditor(ctx, step, spec.trajectory_updates).run(todo)
-        if ctx.rank == 0:
-            results = {k: v for k, v in found.items() if v is not None}
-            AuditReport(
-                **ctx.header().fields(),
-                step=step.name, kind=step.kind, description=step.description,
-                compared_values=int(harness.parity_reference(ctx).grad.numel()),
-                checks=results, passed=all(c.passed for c in results.values()),
-            ).save(ctx.out, AuditReport.file_name(step.name))
-        ctx.progress("audit", i + 1, len(spec.steps))
+    objective = objectives.parse(spec.objective)
+    catalog = CATALOGS.get(objective.name, {})
+    with objectives.auditing(objective):
+        for i, name in enumerate(spec.steps):
+            step = load(name)
+            ctx.state.audited = step.name
+            ctx.log("audit_step", step=step.name)
+            found = checks.Auditor(ctx, step, spec.trajectory_updates).run(todo)
+            if ctx.rank == 0:
+                results = {k: v for k, v in found.items() if v is not None}
+                AuditReport(
+                    **ctx.header().fields(),
+                    step=step.name, kind=catalog.get(step.name, step).kind,
+                    description=step.description,
+                    compared_values=int(harness.parity_reference(ctx).grad.numel()),
+                    checks=results, passed=all(c.passed for c in results.values()),
+                    objective=objective.spec,
+                ).save(ctx.out, AuditReport.file_name(step.name))
+            ctx.progress("audit", i + 1, len(spec.steps))
     ctx.state.audited = None
 
 
@@ -112,7 +121,7 @@ KIND = JobKind(AuditJob, run_rank)
 class LaunchedApart:
     """A check run by jobs of its own, one per world size, and compared here."""
 
-    plan: Callable[[Config, list[str], Path, float], dict[int, JobSpec]]
+    plan: Callable[[Config, list[str], Path, float, str], dict[int, JobSpec]]
     collect: Callable[[Path, str, float, float], CheckResult]
 
 
@@ -155,13 +164,23 @@ def with_dtype(cfg: Config, dtype: str | None) -> Config:
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, dtype=dtype))
 
 
+def parse_objective(text: str | None) -> objectives.Objective:
+    try:
+        return objectives.parse(text)
+    except objectives.ObjectiveError as exc:
+        raise AuditInputError(str(exc)) from None
+
+
 def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | None = None,
           *, dtype: str | None = None, data_dir: Path | None = None,
           trajectory_updates: int = 5, step_timeout: float = 60.0,
-          extra_jobs: tuple[JobSpec, ...] = (), **kw: Any) -> dict[str, AuditReport]:
-    """Run the checks on each step; write and return ``audit-<step>.json``.
+          extra_jobs: tuple[JobSpec, ...] = (), objective: str | None = None,
+          **kw: Any) -> dict[str, AuditReport]:
+    """Run the checks on each step against ``objective``'s reference (the
+    token mean by default); write and return ``audit-<step>.json``.
     ``extra_jobs`` ride along in the first launch, after the audit job."""
     cfg = with_dtype(cfg, dtype)
+    unit = parse_objective(objective).spec
     names = check_names or list(checks.NAMES)
     resolved = resolve_steps(specs)
     worker_specs = [spec for spec, _ in resolved]
@@ -169,10 +188,10 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     out = Path(out)
     world = kw.pop("world_size", None) or cfg.train.world_size
     apart = {n: LAUNCHED_APART[n] for n in names if not checks.CHECKS[n].in_launch}
-    plans = [a.plan(cfg, worker_specs, data_dir, step_timeout) for a in apart.values()]
+    plans = [a.plan(cfg, worker_specs, data_dir, step_timeout, unit) for a in apart.values()]
     first: list[JobSpec] = [
         AuditJob(worker_specs, [c for c in names if checks.CHECKS[c].in_launch],
-                 trajectory_updates, step_timeout),
+                 trajectory_updates, step_timeout, unit),
         *extra_jobs, *(p[world] for p in plans if world in p)]
     launch(cfg, out, first, data_dir=data_dir, world_size=world, **kw)
     for p in plans:
@@ -195,12 +214,15 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     return found
 
 
-def bugs(cfg: Config, out: Path, **kw: Any) -> BugsReport:
-    """Every built-in step through every check -> ``reports/bugs.json``."""
-    found = audit(cfg, out, list(BUILTIN), list(checks.NAMES), **kw)
+def bugs(cfg: Config, out: Path, objective: str | None = None, **kw: Any) -> BugsReport:
+    """Every built-in step of ``objective``'s catalog (``steps.objectives``;
+    the token mean's by default) through every check -> ``reports/bugs.json``."""
+    unit = parse_objective(objective)
+    catalog = CATALOGS[unit.name]
+    found = audit(cfg, out, list(catalog), list(checks.NAMES), objective=unit.spec, **kw)
     rows = {}
     for name, report in found.items():
-        info = BUILTIN[name]
+        info = catalog[name]
         rows[name] = BugRow(
             kind=info.kind, description=info.description, why=info.why,
             checks={c: r.passed for c, r in report.checks.items()},
@@ -211,7 +233,7 @@ def bugs(cfg: Config, out: Path, **kw: Any) -> BugsReport:
         **RunHeader.of(first).fields(), checks=list(checks.NAMES), steps=rows,
         every_bug_caught=all(r.caught_by for r in rows.values() if r.kind == "bug"),
         no_false_alarm=not any(r.caught_by for r in rows.values()
-                               if r.kind == "correct"))
+                               if r.kind == "correct"), objective=unit.spec)
     result.save(out)
     return result
 
@@ -221,7 +243,9 @@ def describe(report: AuditReport) -> str:
     from course_lib.reports.numbers import short
 
     lines = [f"Audit of {report.step} ({report.kind}): {report.world_size} ranks, "
-             f"{report.backend} on {report.device}, {report.dtype}"]
+             f"{report.backend} on {report.device}, {report.dtype}"
+             + ("" if report.objective == objectives.DEFAULT
+                else f"; objective {report.objective}")]
     for name, c in report.checks.items():
         verdict = "PASS" if c.passed else "FAIL"
         if c.max_abs_err is None:
@@ -240,7 +264,9 @@ def describe_bugs(report: BugsReport) -> str:
     abbrev = {c: c.split("_")[0][:6] for c in report.checks}
     head = f"  {'step':<28} {'kind':<8} " + " ".join(f"{s:>6}" for s in abbrev.values())
     lines = [f"Bug catalog: {report.world_size} ranks, {report.backend} on "
-             f"{report.device}, {report.dtype}", head]
+             f"{report.device}, {report.dtype}"
+             + ("" if report.objective == objectives.DEFAULT
+                else f"; objective {report.objective}"), head]
     for name, row in report.steps.items():
         marks = " ".join(f"{'.' if row.checks[c] else 'X':>6}" for c in report.checks)
         lines.append(f"  {name:<28} {row.kind:<8} {marks}")

@@ -16,6 +16,7 @@ import torch
 
 from course_lib.checks import Auditor, CheckResult
 from course_lib.checks.world_size import SEQUENCES, WORLD_SIZES
+from course_lib.core import objectives
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, load_corpus
 from course_lib.jobs.kind import JobKind
@@ -37,6 +38,7 @@ class WorldSizeJob(JobSpec):
     sequence_ids: list[int]
     batch_size: int
     step_timeout: float = 60.0
+    objective: str = objectives.DEFAULT
 
 
 def grad_path(out: Path, world_size: int, step: str) -> Path:
@@ -46,15 +48,16 @@ def grad_path(out: Path, world_size: int, step: str) -> Path:
 def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     layout = harness.world_size_layout(spec.sequence_ids, ctx.world_size, spec.batch_size)
-    for i, name in enumerate(spec.steps):
-        step = load(name)
-        ctx.state.audited, ctx.state.check = step.name, NAME
-        out = Auditor(ctx, step).outcome(layout)
-        if ctx.rank == 0:
-            path = grad_path(ctx.out, ctx.world_size, step.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"grads": out.grads, "local_tokens": out.local_tokens}, path)
-        ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
+    with objectives.auditing(objectives.parse(spec.objective)):
+        for i, name in enumerate(spec.steps):
+            step = load(name)
+            ctx.state.audited, ctx.state.check = step.name, NAME
+            out = Auditor(ctx, step).outcome(layout)
+            if ctx.rank == 0:
+                path = grad_path(ctx.out, ctx.world_size, step.name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                torch.save({"grads": out.grads, "local_tokens": out.local_tokens}, path)
+            ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
     ctx.state.audited = ctx.state.check = None
 
 
@@ -68,11 +71,11 @@ def sequences(cfg: Config, corpus: Corpus) -> list[int]:
     return sorted(ids, key=lambda i: (len(corpus.sequences[i]), i))
 
 
-def plan(cfg: Config, specs: list[str], data_dir: Path, step_timeout: float
-         ) -> dict[int, JobSpec]:
+def plan(cfg: Config, specs: list[str], data_dir: Path, step_timeout: float,
+         objective: str = objectives.DEFAULT) -> dict[int, JobSpec]:
     """{world size: the job to run at it}."""
     ids = sequences(cfg, load_corpus(cfg, data_dir))
-    job = WorldSizeJob(specs, ids, cfg.train.batch_size_per_rank, step_timeout)
+    job = WorldSizeJob(specs, ids, cfg.train.batch_size_per_rank, step_timeout, objective)
     return dict.fromkeys(WORLD_SIZES, job)
 
 

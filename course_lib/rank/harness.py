@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from course_lib.core import objectives
 from course_lib.core.data import Corpus, collate
 from course_lib.core.model import build_model
 from course_lib.core.normalize import Microbatch, window_count
@@ -164,13 +165,14 @@ class Reference:
 
 def window_reference(ctx: RankContext, layout: Layout, state: dict | None = None,
               corpus: Corpus | None = None) -> Reference:
-    """One process, every rank's sequences: the gradient of the token mean."""
+    """One process, every rank's sequences: the gradient of the token mean,
+    or of the objective the job audits (``objectives.active()``)."""
     model = build_model(ctx.cfg).to(ctx.device).eval()
     if state is not None:
         model.load_state_dict(state)
     everything = [mb for r in range(len(layout))
                   for mb in microbatches(ctx, layout, r, corpus)]
-    grad, n, loss = reference_gradient(model, everything)
+    grad, n, loss = reference_gradient(model, everything, objectives.active())
     return Reference(grad.double().cpu(), n, loss)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from course_lib.steps.base import StepInfo, StepSpecError
 from course_lib.steps.catalog import BUILTIN
+from course_lib.steps.objectives import STEPS as OBJECTIVE_STEPS
 from course_lib.steps.recipes import RECIPES
 
 __all__ = ["BUILTIN", "RECIPES", "StepInfo", "StepSpecError", "load", "load_function"]
@@ -25,6 +26,8 @@ def load(spec: str) -> StepInfo:
         return BUILTIN[spec]
     if spec in RECIPES:
         return RECIPES[spec].step
+    if spec in OBJECTIVE_STEPS:
+        return OBJECTIVE_STEPS[spec]
     if ":" not in spec:
         known = ", ".join(BUILTIN)
         raise StepSpecError(f"--step: {spec!r} is not a built-in step ({known}), "

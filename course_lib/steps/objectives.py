@@ -1,0 +1,138 @@
+"""Steps for the objectives other than the token mean: one correct design
+(the distributed rule of ``core.objectives``) and the bugs each invites.
+
+A step reads the objective the job audits (``objectives.active()``), since
+its signature carries none; the bugs below are each written for one
+objective. ``CATALOGS`` maps an objective to the steps ``course-lib bugs
+--objective`` runs: the token mean keeps the built-in catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from course_lib.core import objectives
+from course_lib.core.model import count_tokens, supervised_mask
+from course_lib.core.normalize import EmptyWindowError, Microbatch
+from course_lib.steps.base import StepInfo, backprop_each, info
+from course_lib.steps.catalog import BUILTIN, global_token
+
+
+def _numerator(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return objectives.active().numerator(objectives.token_losses(logits, labels), labels)
+
+
+def _labels(microbatches: Sequence[Microbatch]) -> list[torch.Tensor]:
+    return [labels for _, labels in microbatches]
+
+
+def summed_over_ranks(local: torch.Tensor) -> torch.Tensor:
+    """A float64 sum over every rank (a class-weight sum is no integer count)."""
+    total = local.detach().clone().to(torch.float64)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total
+
+
+def _global_normalizer(microbatches: Sequence[Microbatch]) -> torch.Tensor:
+    """The objective's normalizer over every rank: C, or the all-reduced sum
+    of every microbatch's denominator. Every rank takes part, and every
+    rank refuses an empty window together."""
+    o = objectives.active()
+    if o.constant is not None:
+        return torch.tensor(o.constant, dtype=torch.float64, device=microbatches[0][1].device)
+    total = summed_over_ranks(o.local_denominator(_labels(microbatches)))
+    if float(total) <= 0:
+        raise EmptyWindowError(f"{o.name}: the window's normalizer is 0 on every rank")
+    return total
+
+
+# --- the correct design ------------------------------------------------------------
+
+
+def objective_global(model, microbatches, world_size):
+    """Each rank backprops W * numerator_r / normalizer, the normalizer
+    all-reduced first (or C); DDP's mean gives the window's objective."""
+    den = _global_normalizer(microbatches)
+    backprop_each(model, microbatches,
+                  lambda lg, lb: _numerator(lg, lb) * world_size / den.to(lg.dtype))
+
+
+# --- bugs, whatever the normalizer -----------------------------------------------------
+
+
+def local_normalizer(model, microbatches, world_size):
+    den = objectives.active().local_denominator(_labels(microbatches))
+    backprop_each(model, microbatches,
+                  lambda lg, lb: _numerator(lg, lb) * world_size / den.to(lg.dtype))
+
+
+def per_microbatch_normalizer(model, microbatches, world_size):
+    o, steps = objectives.active(), len(microbatches)
+    backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb)
+                  / o.local_denominator([lb]).clamp(min=1).to(lg.dtype) / steps)
+
+
+# --- the weighted mean's own bug -----------------------------------------------------
+
+
+def weights_over_token_count(model, microbatches, world_size):
+    n = summed_over_ranks(torch.stack([count_tokens(lb) for lb in _labels(microbatches)]).sum())
+    backprop_each(model, microbatches,
+                  lambda lg, lb: _numerator(lg, lb) * world_size / n.to(lg.dtype))
+
+
+# --- the constant's own bugs ---------------------------------------------------------
+
+
+def constant_from_the_batch(model, microbatches, world_size):
+    # Dr. GRPO's C is batch x max length: taken from each microbatch's own shape.
+    backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb) * world_size
+                  / (lb.shape[0] * int(supervised_mask(lb).sum(dim=-1).max())))
+
+
+def constant_forgot_world_size(model, microbatches, world_size):
+    c = objectives.active().constant or 1.0
+    backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb) / c)
+
+
+# --- the catalogs ---------------------------------------------------------------------
+
+_CORRECT = info(objective_global, "correct",
+                "each rank backprops W * numerator_r / normalizer (all-reduced, or C)",
+                "the mean over W of W * numerator_r / normalizer is the window's objective")
+_LOCAL = info(local_normalizer, "bug", "the normalizer taken locally, without the all_reduce",
+              "each rank divides by its own share, so ranks are weighted, not the units")
+_PER_MICRO = info(per_microbatch_normalizer, "bug",
+                  "each microbatch's own normalizer, divided by the steps",
+                  "a mean of microbatch means weighs a unit by its microbatch's size")
+
+STEPS: dict[str, StepInfo] = {s.name: s for s in (
+    _CORRECT, _LOCAL, _PER_MICRO,
+    info(weights_over_token_count, "bug", "the weighted sum divided by the token count N",
+         "the weights' sum, not N, normalizes a weighted mean"),
+    info(constant_from_the_batch, "bug",
+         "C taken from each microbatch's shape (rows x longest row)",
+         "C changes from microbatch to microbatch and rank to rank: a length bias again"),
+    info(constant_forgot_world_size, "bug", "W forgotten: each rank backprops S_r / C",
+         "DDP averages over W ranks, so the gradient comes out W times too small"),
+)}
+
+# The token mean's wrong unit, in the other objectives' catalogs.
+_TOKEN_MEAN = info(global_token, "bug", "the token mean's design, W * S_r / N",
+                   "right for tokens, wrong for this unit: long sequences weigh more")
+
+CATALOGS: dict[str, dict[str, StepInfo]] = {
+    "token": BUILTIN,
+    # Every microbatch of the audit's windows holds the same number of
+    # sequences, all supervised: a per-microbatch sequence count is right
+    # there, so it is no bug of this catalog.
+    "sequence": {s.name: s for s in (_CORRECT, _LOCAL, _TOKEN_MEAN)},
+    "weighted": {s.name: s for s in (_CORRECT, _LOCAL, _PER_MICRO, _TOKEN_MEAN,
+                                     STEPS["weights_over_token_count"])},
+    "constant": {s.name: s for s in (_CORRECT, STEPS["constant_from_the_batch"],
+                                     STEPS["constant_forgot_world_size"], _TOKEN_MEAN)},
+}

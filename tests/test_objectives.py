@@ -1,0 +1,116 @@
+"""The unit is a choice: each objective's reference by hand, its bad input,
+and its bug catalog under real torchrun jobs (gloo/CPU)."""
+
+import pytest
+import torch
+
+from course_lib.core import objectives
+from course_lib.core.data import IGNORE_INDEX
+from course_lib.core.model import loss_sum
+from course_lib.core.objectives import ObjectiveError, parse, window_loss
+from course_lib.jobs import audit as audits
+from course_lib.jobs.audit import AuditReport, BugsReport
+from course_lib.steps.objectives import CATALOGS
+from tests.conftest import course_lib_cli
+
+# --- the references, by hand ----------------------------------------------------------
+
+
+def window():
+    """Two microbatches: rows of 1, 3 and 2 supervised labels, and a row with none."""
+    torch.manual_seed(0)
+    labels = [torch.tensor([[1, IGNORE_INDEX, IGNORE_INDEX], [2, 0, 1]]),
+              torch.tensor([[IGNORE_INDEX, 2, 2], [IGNORE_INDEX] * 3])]
+    logits = [torch.randn(2, 3, 4, dtype=torch.float64) for _ in labels]
+    return list(zip(logits, labels, strict=True))
+
+
+def per_row(lg, lb):
+    return objectives.token_losses(lg, lb).sum(-1), (lb != IGNORE_INDEX).sum(-1)
+
+
+def test_the_token_mean_is_the_sum_over_n():
+    mbs = window()
+    want = sum(loss_sum(lg, lb) for lg, lb in mbs) / 6
+    assert float(window_loss(parse("token"), mbs)) == pytest.approx(float(want), rel=1e-12)
+
+
+def test_the_sequence_mean_weighs_every_supervised_row_the_same():
+    mbs = window()
+    means = []
+    for lg, lb in mbs:
+        sums, counts = per_row(lg, lb)
+        means += [float(s / c) for s, c in zip(sums, counts, strict=True) if c > 0]
+    assert len(means) == 3  # the row without a supervised label is no sequence
+    got = float(window_loss(parse("sequence"), mbs))
+    assert got == pytest.approx(sum(means) / 3, rel=1e-12)
+
+
+def test_the_weighted_mean_divides_by_the_weights():
+    mbs = window()
+    num = sum(float((objectives.token_losses(lg, lb) * objectives.class_weights(lb)).sum())
+              for lg, lb in mbs)
+    den = sum(float(objectives.class_weights(lb).sum()) for _, lb in mbs)
+    assert den == 2 + (3 + 1 + 2) + (3 + 3)  # 1 + label % 3 on each supervised label
+    assert float(window_loss(parse("weighted"), mbs)) == pytest.approx(num / den, rel=1e-12)
+
+
+def test_a_constant_divides_by_c_whatever_the_counts():
+    mbs = window()
+    total = sum(float(loss_sum(lg, lb)) for lg, lb in mbs)
+    assert float(window_loss(parse("constant:12"), mbs)) == pytest.approx(total / 12)
+    assert parse("constant:12").spec == "constant:12"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("tokens", "unknown objective"), ("constant", "needs its normalizer"),
+    ("constant:0", "needs its normalizer"), ("constant:abc", "needs its normalizer"),
+    ("sequence:3", "takes no value")])
+def test_bad_objectives_are_refused(text, says):
+    with pytest.raises(ObjectiveError, match=says):
+        parse(text)
+
+
+def test_a_report_written_before_objectives_reads_as_the_token_mean(tmp_path):
+    report = BugsReport(world_size=2, backend="gloo", device="cpu", dtype="float32",
+                        nccl_reference_path=False, torch="x", checks=[], steps={},
+                        every_bug_caught=True, no_false_alarm=True)
+    data = report.to_dict()
+    del data["objective"]
+    assert BugsReport.from_dict(data).objective == "token"
+    assert "objective" in {f for f in AuditReport.__dataclass_fields__}
+
+
+# --- under torchrun ----------------------------------------------------------------------
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize("args", [("bugs", "--objective", "nope"),
+                                  ("audit", "--step", "global_token", "--objective",
+                                   "constant")])
+def test_a_bad_objective_is_one_line_and_exit_2(tmp_path, args):
+    proc = course_lib_cli(*args, "--out", tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.torchrun
+@pytest.mark.usefixtures("no_worker_left_behind")
+@pytest.mark.parametrize("objective, dtype", [
+    ("sequence", "float64"), ("weighted", "float64"), ("constant:4096", "float64"),
+    ("weighted", "float32")])
+def test_each_objective_catches_its_bugs_and_passes_its_design(tmp_path, cfg, objective,
+                                                               dtype):
+    report = audits.bugs(cfg, tmp_path, objective=objective, dtype=dtype, timeout=600)
+    name = objective.partition(":")[0]
+    assert report.objective == objective and set(report.steps) == set(CATALOGS[name])
+    assert report.every_bug_caught and report.no_false_alarm
+    bugs = [n for n, row in report.steps.items() if row.kind == "bug"]
+    assert len(bugs) >= 2 and "global_token" in bugs  # the token mean: the wrong unit
+    correct = report.steps["objective_global"]
+    assert correct.caught_by == []
+    if dtype == "float64":  # exact, not merely within float32 rounding
+        assert correct.max_abs_err["parity"] <= 1e-12
+    audit = AuditReport.load(tmp_path, AuditReport.file_name("objective_global"))
+    assert audit.objective == objective and audit.kind == "correct"
+    assert AuditReport.load(tmp_path, AuditReport.file_name("global_token")).kind == "bug"
