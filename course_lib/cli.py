@@ -166,8 +166,8 @@ def cmd_parity(args) -> int:
 
 
 OBJECTIVE_HELP = ("the unit the reference averages over: " + ", ".join(
-    n if n != "constant" else "constant:C" for n in objectives.NAMES)
-    + f" (default {objectives.DEFAULT})")
+    f"{n}:{objectives.VALUED[n][1]}" if n in objectives.VALUED else n
+    for n in objectives.NAMES) + f" (default {objectives.DEFAULT})")
 
 
 def cmd_audit(args) -> int:

@@ -22,19 +22,25 @@ ranks gives the window's loss exactly.
 - ``constant``: a normalizer C chosen in advance (Dr. GRPO's batch size x
   maximum completion length): sum of l / C. No count to share, but C must
   be the same on every rank and in every microbatch.
+- ``zloss``: the token mean plus a per-token auxiliary term λ z (PaLM's
+  z-loss), which rides in the numerator and shares the tokens' N.
+- ``l2``: the token mean plus λ/2 |θ|^2, a term on the parameters that
+  enters once per optimizer step: not once per rank, nor per microbatch.
 
 An objective is named on the command line as ``token``, ``sequence``,
-``weighted`` or ``constant:C``.
+``weighted``, ``constant:C``, ``zloss:λ`` or ``l2:λ``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from course_lib.core.data import IGNORE_INDEX
 from course_lib.core.model import supervised_mask
@@ -79,6 +85,17 @@ def _weighted_numerator(losses: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return (losses * class_weights(labels).to(losses.dtype)).sum()
 
 
+def z_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """PaLM's z-loss, summed over the supervised positions: logsumexp(logits)^2."""
+    z = torch.logsumexp(logits.float() if logits.dtype == torch.float16 else logits, dim=-1)
+    return (z.square() * supervised_mask(labels).to(z.dtype)).sum()
+
+
+def half_square_norm(model: nn.Module) -> torch.Tensor:
+    """1/2 |θ|^2 over every parameter: an L2 penalty's term."""
+    return sum((p.square().sum() for p in model.parameters()), torch.zeros(())) / 2
+
+
 @dataclass(frozen=True)
 class Objective:
     name: str
@@ -86,11 +103,30 @@ class Objective:
     numerator: Numerator
     denominator: Denominator | None  # None: the constant C
     constant: float | None = None  # C, for ``constant``
+    # A regulariser's strength, and its term: per token, summed into the
+    # numerator (z-loss), or once per window, on the parameters (an L2 penalty).
+    strength: float | None = None
+    auxiliary: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    penalty: Callable[[nn.Module], torch.Tensor] | None = None
 
     @property
     def spec(self) -> str:
-        """How the command line names it: ``constant:C`` carries its C."""
-        return f"{self.name}:{self.constant:g}" if self.constant is not None else self.name
+        """How the command line names it: ``constant:C`` and ``l2:λ`` carry their value."""
+        value = self.constant if self.constant is not None else self.strength
+        return f"{self.name}:{value:g}" if value is not None else self.name
+
+    def microbatch_numerator(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """This microbatch's share of the numerator, its per-token regulariser in."""
+        found = self.numerator(token_losses(logits, labels), labels)
+        if self.auxiliary is not None and self.strength is not None:
+            found = found + self.strength * self.auxiliary(logits, labels)
+        return found
+
+    def window_penalty(self, model: nn.Module) -> torch.Tensor | None:
+        """The term that enters once per window (per optimizer step), or None."""
+        if self.penalty is None or self.strength is None:
+            return None
+        return self.strength * self.penalty(model)
 
     def local_denominator(self, labels: Sequence[torch.Tensor]) -> torch.Tensor:
         """This rank's share of the normalizer, summed over its microbatches
@@ -111,30 +147,43 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
               _weighted_numerator, lambda labels: class_weights(labels).sum()),
     Objective("constant", "a normalizer C fixed in advance: sum l / C",
               lambda losses, labels: losses.sum(), None),
+    Objective("zloss", "the token mean of l + λ z, z = logsumexp(logits)^2, a per-token "
+              "auxiliary loss normalized like the tokens", lambda losses, labels: losses.sum(),
+              lambda labels: supervised_mask(labels).sum(), auxiliary=z_loss),
+    Objective("l2", "the token mean plus λ/2 |θ|^2, once per optimizer step",
+              lambda losses, labels: losses.sum(),
+              lambda labels: supervised_mask(labels).sum(), penalty=half_square_norm),
 )}
+# Objectives that take a value after a colon: (what it is, its symbol, an example).
+VALUED = {"constant": ("its normalizer", "C", "4096"), "zloss": ("its strength", "LAMBDA", "0.1"),
+          "l2": ("its strength", "LAMBDA", "0.01")}
 NAMES = tuple(OBJECTIVES)
 DEFAULT = "token"
 
 
 def parse(text: str | None) -> Objective:
-    """``token``, ``sequence``, ``weighted`` or ``constant:C`` (C > 0)."""
+    """``token``, ``sequence``, ``weighted``, ``constant:C``, ``zloss:λ`` or
+    ``l2:λ`` (C, λ > 0)."""
     name, sep, value = (text or DEFAULT).strip().partition(":")
     if name not in OBJECTIVES:
         raise ObjectiveError(f"--objective: unknown objective {name!r} "
                              f"(choose from {', '.join(NAMES)})")
     found = OBJECTIVES[name]
-    if name != "constant":
+    if name not in VALUED:
         if sep:
             raise ObjectiveError(f"--objective: {name} takes no value")
         return found
     try:
-        c = float(value)
+        number = float(value)
     except ValueError:
-        c = float("nan")
-    if not sep or not c > 0 or c == float("inf"):
-        raise ObjectiveError("--objective: constant needs its normalizer, "
-                             "e.g. constant:4096 (C > 0)")
-    return Objective(found.name, found.description, found.numerator, None, c)
+        number = float("nan")
+    if not sep or not number > 0 or number == float("inf"):
+        what, symbol, example = VALUED[name]
+        raise ObjectiveError(f"--objective: {name} needs {what} {symbol} > 0, "
+                             f"e.g. {name}:{example}")
+    if name == "constant":
+        return dataclasses.replace(found, constant=number)
+    return dataclasses.replace(found, strength=number)
 
 
 def window_loss(objective: Objective, logits_and_labels: Sequence[tuple[torch.Tensor,
@@ -142,7 +191,7 @@ def window_loss(objective: Objective, logits_and_labels: Sequence[tuple[torch.Te
                 ) -> torch.Tensor:
     """The single-process loss of a whole window, every microbatch of every
     rank given as (logits, labels)."""
-    numerator = sum((objective.numerator(token_losses(lg, lb), lb)
+    numerator = sum((objective.microbatch_numerator(lg, lb)
                      for lg, lb in logits_and_labels), torch.zeros(()))
     if objective.constant is not None:
         return numerator / objective.constant

@@ -39,6 +39,9 @@ def reference_gradient(model: nn.Module, microbatches: Sequence[Microbatch],
     else:
         loss = window_loss(objective, [(model(inputs), labels)
                                        for inputs, labels in microbatches])
+        penalty = objective.window_penalty(model)
+        if penalty is not None:  # once for the window, whatever its microbatches
+            loss = loss + penalty
     loss.backward()
     return flat_grad(model), n, float(loss.detach())
 

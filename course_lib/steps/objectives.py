@@ -16,13 +16,32 @@ import torch.distributed as dist
 
 from course_lib.core import objectives
 from course_lib.core.model import count_tokens, supervised_mask
-from course_lib.core.normalize import EmptyWindowError, Microbatch
+from course_lib.core.normalize import EmptyWindowError, Microbatch, deferred_sync
 from course_lib.steps.base import StepInfo, backprop_each, info
 from course_lib.steps.catalog import BUILTIN, global_token
 
 
 def _numerator(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return objectives.active().numerator(objectives.token_losses(logits, labels), labels)
+    return objectives.active().microbatch_numerator(logits, labels)
+
+
+def _params(model) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def _backprop_with_penalty(model, microbatches, scale, penalty_at) -> None:
+    """Backprop ``scale(numerator, logits)`` on every microbatch, plus the
+    objective's window penalty times ``penalty_at(index, rank)`` (0: none)."""
+    o = objectives.active()
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    for index, (inputs, labels) in deferred_sync(model, microbatches):
+        logits = model(inputs)
+        loss = scale(_numerator(logits, labels), labels)
+        weight = penalty_at(index, rank)
+        penalty = o.window_penalty(_params(model)) if weight else None
+        if penalty is not None:
+            loss = loss + weight * penalty
+        loss.backward()
 
 
 def _labels(microbatches: Sequence[Microbatch]) -> list[torch.Tensor]:
@@ -55,10 +74,14 @@ def _global_normalizer(microbatches: Sequence[Microbatch]) -> torch.Tensor:
 
 def objective_global(model, microbatches, world_size):
     """Each rank backprops W * numerator_r / normalizer, the normalizer
-    all-reduced first (or C); DDP's mean gives the window's objective."""
+    all-reduced first (or C); DDP's mean gives the window's objective. A
+    penalty on the parameters enters once per rank, on the last
+    microbatch: DDP's mean of W equal terms is the term once."""
     den = _global_normalizer(microbatches)
-    backprop_each(model, microbatches,
-                  lambda lg, lb: _numerator(lg, lb) * world_size / den.to(lg.dtype))
+    last = len(microbatches) - 1
+    _backprop_with_penalty(model, microbatches,
+                           lambda num, lb: num * world_size / den.to(num.dtype),
+                           lambda index, rank: 1.0 if index == last else 0.0)
 
 
 # --- bugs, whatever the normalizer -----------------------------------------------------
@@ -99,6 +122,45 @@ def constant_forgot_world_size(model, microbatches, world_size):
     backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb) / c)
 
 
+# --- the regularisers' own bugs ------------------------------------------------------
+
+
+def _token_part(microbatches, world_size):
+    """The correct scaling of the numerator: W / the all-reduced normalizer."""
+    den = _global_normalizer(microbatches)
+    return lambda num, lb: num * world_size / den.to(num.dtype)
+
+
+def penalty_every_microbatch(model, microbatches, world_size):
+    _backprop_with_penalty(model, microbatches, _token_part(microbatches, world_size),
+                           lambda index, rank: 1.0)
+
+
+def penalty_times_world_size(model, microbatches, world_size):
+    # The penalty inside the W * (...) that undoes DDP's mean: W times too strong.
+    last = len(microbatches) - 1
+    _backprop_with_penalty(model, microbatches, _token_part(microbatches, world_size),
+                           lambda index, rank: float(world_size) if index == last else 0.0)
+
+
+def penalty_on_rank_zero(model, microbatches, world_size):
+    # Added once "globally", by rank 0 alone: DDP's mean divides it by W.
+    last = len(microbatches) - 1
+    _backprop_with_penalty(model, microbatches, _token_part(microbatches, world_size),
+                           lambda index, rank: 1.0 if index == last and rank == 0 else 0.0)
+
+
+def zloss_mean_per_microbatch(model, microbatches, world_size):
+    o, steps = objectives.active(), len(microbatches)
+    n = summed_over_ranks(torch.stack([count_tokens(lb) for lb in _labels(microbatches)]).sum())
+
+    def loss_of(lg, lb):
+        token = objectives.token_losses(lg, lb).sum() * world_size / n.to(lg.dtype)
+        z_mean = objectives.z_loss(lg, lb) / count_tokens(lb).clamp(min=1).to(lg.dtype)
+        return token + (o.strength or 0.0) * z_mean / steps  # the z term's own mean
+    backprop_each(model, microbatches, loss_of)
+
+
 # --- the catalogs ---------------------------------------------------------------------
 
 _CORRECT = info(objective_global, "correct",
@@ -119,11 +181,20 @@ STEPS: dict[str, StepInfo] = {s.name: s for s in (
          "C changes from microbatch to microbatch and rank to rank: a length bias again"),
     info(constant_forgot_world_size, "bug", "W forgotten: each rank backprops S_r / C",
          "DDP averages over W ranks, so the gradient comes out W times too small"),
+    info(penalty_every_microbatch, "bug", "the L2 penalty added to every microbatch's loss",
+         "it enters M times per optimizer step: the penalty grows with accumulation"),
+    info(penalty_times_world_size, "bug", "the L2 penalty inside the W * (...) scaling",
+         "the W that undoes DDP's mean of the token term multiplies the penalty too"),
+    info(penalty_on_rank_zero, "bug", "the L2 penalty added once, on rank 0 only",
+         "DDP averages it with W - 1 zeros: the penalty is W times too weak"),
+    info(zloss_mean_per_microbatch, "bug",
+         "the z-loss as each microbatch's own mean, divided by the steps",
+         "the auxiliary term needs the token term's normalization, not its own"),
 )}
 
 # The token mean's wrong unit, in the other objectives' catalogs.
 _TOKEN_MEAN = info(global_token, "bug", "the token mean's design, W * S_r / N",
-                   "right for tokens, wrong for this unit: long sequences weigh more")
+                   "right for the token mean, wrong for this objective")
 
 CATALOGS: dict[str, dict[str, StepInfo]] = {
     "token": BUILTIN,
@@ -135,4 +206,9 @@ CATALOGS: dict[str, dict[str, StepInfo]] = {
                                      STEPS["weights_over_token_count"])},
     "constant": {s.name: s for s in (_CORRECT, STEPS["constant_from_the_batch"],
                                      STEPS["constant_forgot_world_size"], _TOKEN_MEAN)},
+    "zloss": {s.name: s for s in (_CORRECT, _TOKEN_MEAN,
+                                  STEPS["zloss_mean_per_microbatch"])},
+    "l2": {s.name: s for s in (_CORRECT, _TOKEN_MEAN, STEPS["penalty_every_microbatch"],
+                               STEPS["penalty_times_world_size"],
+                               STEPS["penalty_on_rank_zero"])},
 }
