@@ -155,7 +155,8 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
               lambda labels: supervised_mask(labels).sum(), penalty=half_square_norm),
 )}
 # Objectives that take a value after a colon: (what it is, its symbol, an example).
-VALUED = {"constant": ("its normalizer", "C", "4096"), "zloss": ("its strength", "LAMBDA", "0.1"),
+VALUED = {"constant": ("its normalizer", "C", "4096"),
+          "zloss": ("its strength", "LAMBDA", "0.1"),
           "l2": ("its strength", "LAMBDA", "0.01")}
 NAMES = tuple(OBJECTIVES)
 DEFAULT = "token"
@@ -199,6 +200,21 @@ def window_loss(objective: Objective, logits_and_labels: Sequence[tuple[torch.Te
     if float(total) <= 0:
         raise EmptyWindowError(f"{objective.name}: the window's normalizer is 0")
     return numerator / total.to(numerator.dtype)
+
+
+def token_weights(objective: Objective, labels: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Each token's weight in the window's loss, d loss / d l_t (shaped like
+    each microbatch's labels; 0 where ignored): what the objective makes of
+    a token, before any model. A regulariser's own terms are left out."""
+    losses = [torch.zeros(lb.shape, dtype=torch.float64, requires_grad=True) for lb in labels]
+    numerator = sum((objective.numerator(x, lb) for x, lb in zip(losses, labels, strict=True)),
+                    torch.zeros((), dtype=torch.float64))
+    if objective.constant is not None:
+        total = numerator / objective.constant
+    else:
+        total = numerator / objective.local_denominator(labels)
+    grads = torch.autograd.grad(total, losses)
+    return [g * supervised_mask(lb) for g, lb in zip(grads, labels, strict=True)]
 
 
 # The objective the rank's job audits: steps written for one objective read

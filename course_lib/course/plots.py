@@ -333,6 +333,22 @@ def framework_matrix(matrix: Matrix) -> Figure:
     return fig
 
 
+def unit_weights(lengths: list[int], weights: dict[str, list[float]]) -> Figure:
+    """Each sequence's per-token weight, times N (1 is the token mean's),
+    against its supervised length, one series per objective."""
+    fig, (ax,) = _figure(height=3.6)
+    markers = dict(zip(weights, "os^Dv", strict=False))
+    for name, ws in weights.items():
+        ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name)
+    ax.axhline(1.0, color=COLORS["tolerance"], lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("supervised tokens in the sequence")
+    ax.set_ylabel("weight of each of its tokens x N")
+    ax.set_title("Per-sequence normalization gives short sequences' tokens more weight")
+    fig.legend(frameon=False, loc="outside lower center", ncols=len(weights), fontsize=8)
+    return fig
+
+
 def scaled_training(runs) -> Figure:
     """Loss per update with the exact gradient and with a scaled one, per optimizer."""
     from course_lib.course.lr_scale import NAMES

@@ -223,6 +223,22 @@ def _candidate_names() -> tuple[str, ...]:
 
 
 @cache
+def _sequence_weight_max(world_size: int = 2) -> float:
+    """The largest token weight x N under the sequence mean, on the parity window."""
+    from course_lib.core import objectives
+    from course_lib.core.data import collate, parity_window
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    labels = [collate(data, ids)[1] for rank in parity_window(cfg, data, world_size)
+              for ids in rank]
+    n = sum(int((lb >= 0).sum()) for lb in labels)
+    weights = objectives.token_weights(objectives.parse("sequence"), labels)
+    return max(float(w.max()) for w in weights) * n
+
+
+@cache
 def _avg_tokens_factor(world_size: int) -> float:
     """HF 4.46.2-5.9's scale N / (N + R) on the parity window at this W."""
     from course_lib.course.api import corpus, load_config
@@ -525,7 +541,29 @@ QUESTIONS: dict[str, Question] = {
               lambda r: r.rows[0].matches, "audit-trainer-make_mean_trainer"),
         "run the audit_trainer cell on make_mean_trainer, then read 'matches'",
         options=_candidate_names),
-    # 12 adapting
+    # 12 choose the unit
+    "choose_the_unit.predict": Question(
+        "Two completions with the same per-token loss, of 10 and 40 tokens. Under "
+        "the sequence mean, a token of the long one weighs what fraction of a "
+        "token of the short one?", "number", 0.25,
+        "each sequence gets the same total weight, shared among its own tokens",
+        rel_tol=1e-9),
+    "choose_the_unit.1": Question(
+        "On the parity window, the largest weight x N that the sequence mean gives "
+        "one token?", "number", lambda: _sequence_weight_max(2),
+        "run the cell of the figure, then read the top of the 'sequence' series: "
+        "the shortest sequence's tokens", rel_tol=1e-6),
+    "choose_the_unit.2": Question(
+        "Dr. GRPO's constant: 4 ranks x 2 microbatches x 8 completions, at most 512 "
+        "tokens each. Which C must every rank and microbatch use?", "number",
+        4 * 2 * 8 * 512, "C is the whole optimizer step's batch, in completions, "
+        "times the maximum completion length", rel_tol=1e-9),
+    "choose_the_unit.3": Question(
+        "Which check catches penalty_every_microbatch but not penalty_on_rank_zero?",
+        "choice", "accumulation_invariance",
+        "run the l2 bug catalog, then compare the two rows' failed checks",
+        options=_check_names),
+    # 13 adapting
     "adapting.1": Question(
         "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "
         "per-token mean?", "number", 1.25, "(10 * 2 + 30 * 1) / 40"),
