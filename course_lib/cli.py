@@ -176,6 +176,9 @@ def cmd_audit(args) -> int:
     if (args.step is None) == (args.trainer is None):
         raise BadInput("audit: give --step SPEC or --trainer SPEC (one of them)")
     if args.trainer is not None:
+        if args.objective is not None:
+            raise BadInput("audit: --objective applies to --step; a --trainer is "
+                           "audited against the token mean")
         return _audit_trainer(args, cfg, out)
     names = audits.parse_checks(args.checks)
     found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype,

@@ -110,7 +110,9 @@ def test_a_report_written_before_objectives_reads_as_the_token_mean(tmp_path):
 @pytest.mark.torchrun
 @pytest.mark.parametrize("args", [("bugs", "--objective", "nope"),
                                   ("audit", "--step", "global_token", "--objective",
-                                   "constant")])
+                                   "constant"),
+                                  ("audit", "--trainer", "t.py:make", "--objective",
+                                   "sequence")])
 def test_a_bad_objective_is_one_line_and_exit_2(tmp_path, args):
     proc = course_lib_cli(*args, "--out", tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
