@@ -1,4 +1,4 @@
-"""Steps for the objectives other than the token mean: one correct design
+"""Steps for any objective of ``core.objectives``: one correct design
 (the distributed rule of ``core.objectives``) and the bugs each invites.
 
 A step reads the objective the job audits (``objectives.active()``), since
@@ -30,7 +30,7 @@ def _params(model) -> torch.nn.Module:
 
 
 def _backprop_with_penalty(model, microbatches, scale, penalty_at) -> None:
-    """Backprop ``scale(numerator, logits)`` on every microbatch, plus the
+    """Backprop ``scale(numerator, labels)`` on every microbatch, plus the
     objective's window penalty times ``penalty_at(index, rank)`` (0: none)."""
     o = objectives.active()
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
