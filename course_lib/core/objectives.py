@@ -122,6 +122,16 @@ class Objective:
             found = found + self.strength * self.auxiliary(logits, labels)
         return found
 
+    def normalizer(self, labels: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The normalizer of these microbatches taken together: C, or the sum
+        of their denominators; a window whose normalizer is 0 is refused."""
+        if self.constant is not None:
+            return torch.tensor(self.constant, dtype=torch.float64)
+        total = self.local_denominator(labels)
+        if float(total) <= 0:
+            raise EmptyWindowError(f"{self.name}: the window's normalizer is 0")
+        return total
+
     def window_penalty(self, model: nn.Module) -> torch.Tensor | None:
         """The term that enters once per window (per optimizer step), or None."""
         if self.penalty is None or self.strength is None:
@@ -194,11 +204,7 @@ def window_loss(objective: Objective, logits_and_labels: Sequence[tuple[torch.Te
     rank given as (logits, labels)."""
     numerator = sum((objective.microbatch_numerator(lg, lb)
                      for lg, lb in logits_and_labels), torch.zeros(()))
-    if objective.constant is not None:
-        return numerator / objective.constant
-    total = objective.local_denominator([lb for _, lb in logits_and_labels])
-    if float(total) <= 0:
-        raise EmptyWindowError(f"{objective.name}: the window's normalizer is 0")
+    total = objective.normalizer([lb for _, lb in logits_and_labels])
     return numerator / total.to(numerator.dtype)
 
 
@@ -209,11 +215,7 @@ def token_weights(objective: Objective, labels: Sequence[torch.Tensor]) -> list[
     losses = [torch.zeros(lb.shape, dtype=torch.float64, requires_grad=True) for lb in labels]
     numerator = sum((objective.numerator(x, lb) for x, lb in zip(losses, labels, strict=True)),
                     torch.zeros((), dtype=torch.float64))
-    if objective.constant is not None:
-        total = numerator / objective.constant
-    else:
-        total = numerator / objective.local_denominator(labels)
-    grads = torch.autograd.grad(total, losses)
+    grads = torch.autograd.grad(numerator / objective.normalizer(labels), losses)
     return [g * supervised_mask(lb) for g, lb in zip(grads, labels, strict=True)]
 
 

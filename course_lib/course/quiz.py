@@ -205,14 +205,19 @@ def _matrix_versions() -> tuple[str, ...]:
                                if r.framework == "hf" and r.version))
 
 
+def _counts(report):
+    """The window's counts, from the first measured row."""
+    return next(r.counts for r in report.rows if r.counts is not None)
+
+
 def _rank0_weight(report) -> float:
     """N / (W N_0): how much more a rank-0 token weighs in a mean of rank means."""
-    c = next(r.counts for r in report.rows if r.counts is not None)
+    c = _counts(report)
     return c.N / (len(c.N_r) * c.N_r[0])
 
 
 def _shift_factor(report) -> float:
-    c = next(r.counts for r in report.rows if r.counts is not None)
+    c = _counts(report)
     return c.N / (c.N + c.R)
 
 

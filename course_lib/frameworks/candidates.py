@@ -71,13 +71,6 @@ class Match:
 # candidate gradient is ever built (GPT-2 small has 124M components).
 
 
-def dot(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 22) -> float:
-    """<a, b> accumulated in float64, a chunk at a time (no full-size copy)."""
-    a, b = a.flatten(), b.flatten()
-    return float(sum(torch.dot(a[i:i + chunk].double(), b[i:i + chunk].double())
-                     for i in range(0, a.numel(), chunk)))
-
-
 def pairs(vectors: Sequence[torch.Tensor], others: Sequence[torch.Tensor] | None = None,
           chunk: int = 1 << 20) -> torch.Tensor:
     """float64 inner products <v_i, w_j> of equally long vectors: (K, K)
@@ -127,8 +120,8 @@ class Against:
 
     @classmethod
     def of(cls, gram: Gram, g: torch.Tensor, grads: list[list[torch.Tensor]]) -> Against:
-        return cls(gram, torch.tensor([dot(g, x) for row in grads for x in row],
-                                      dtype=torch.float64), dot(g, g))
+        return cls(gram, pairs([g], [x for row in grads for x in row])[0],
+                   float(pairs([g])[0, 0]))
 
     def _terms(self, candidate: Candidate) -> tuple[float, float]:
         c = self.gram.coefficients(candidate)

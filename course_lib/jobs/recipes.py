@@ -386,7 +386,7 @@ def _versions(rows: Sequence[MatrixRow], framework: str) -> str:
     mine = [r for r in rows if r.framework == framework]
     versions = sorted({r.version or "?" for r in mine}, key=Version)
     models = sorted({r.model for r in mine})
-    label = "transformers" if framework == "hf" else framework
+    label = frameworks.adapter(framework).package
     return f"{label} {', '.join(versions)} on {', '.join(models)}"
 
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from course_lib.core import objectives
 from course_lib.core.model import count_tokens, supervised_mask
-from course_lib.core.normalize import EmptyWindowError, Microbatch, deferred_sync
+from course_lib.core.normalize import EmptyWindowError, Microbatch, deferred_sync, window_count
 from course_lib.steps.base import StepInfo, backprop_each, info
 from course_lib.steps.catalog import BUILTIN, global_token
 
@@ -103,7 +103,7 @@ def per_microbatch_normalizer(model, microbatches, world_size):
 
 
 def weights_over_token_count(model, microbatches, world_size):
-    n = summed_over_ranks(torch.stack([count_tokens(lb) for lb in _labels(microbatches)]).sum())
+    n = summed_over_ranks(window_count(microbatches))
     backprop_each(model, microbatches,
                   lambda lg, lb: _numerator(lg, lb) * world_size / n.to(lg.dtype))
 
@@ -152,7 +152,7 @@ def penalty_on_rank_zero(model, microbatches, world_size):
 
 def zloss_mean_per_microbatch(model, microbatches, world_size):
     o, steps = objectives.active(), len(microbatches)
-    n = summed_over_ranks(torch.stack([count_tokens(lb) for lb in _labels(microbatches)]).sum())
+    n = summed_over_ranks(window_count(microbatches))
 
     def loss_of(lg, lb):
         token = objectives.token_losses(lg, lb).sum() * world_size / n.to(lg.dtype)
