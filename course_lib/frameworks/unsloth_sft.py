@@ -6,13 +6,7 @@ asks. On a machine without a GPU, Unsloth trains on the CPU."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import torch
-
-from course_lib.frameworks import Captured, Setup
 from course_lib.frameworks.trl_sft import TRLAdapter
-from course_lib.frameworks.window import Window
 
 
 class UnslothAdapter(TRLAdapter):
@@ -20,13 +14,9 @@ class UnslothAdapter(TRLAdapter):
     exclusive = True  # it patches the frameworks of every later configuration
 
     def load(self) -> None:
-        """Before transformers builds the model: Unsloth patches it on import."""
+        """Before transformers builds the model (``frameworks.load_first``):
+        Unsloth patches it on import."""
         import unsloth  # noqa: F401
-
-    def prepare(self, setup: Setup, model: torch.nn.Module, window: Window
-                ) -> Callable[[], Captured]:
-        self.load()
-        return super().prepare(setup, model, window)
 
 
 ADAPTER = UnslothAdapter()
