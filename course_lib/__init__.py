@@ -73,6 +73,10 @@ _EXPORTS: dict[str, str] = {
     "Matrix": "course_lib.jobs.frameworks:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
     "installed_frameworks": "course_lib.jobs.frameworks:stack",
+    # 12 choose the unit
+    "uneven_layout": "course_lib.rank.harness:uneven_layout",
+    "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
+    "packing_of": "course_lib.rank.harness:packing_of",
     # every chapter's closing table, and reports by name
     "summary": "course_lib.course.api:summary",
     "run_all": "course_lib.course.api:run_all",

@@ -14,7 +14,7 @@ from tests.conftest import course_lib_cli
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
-CORRECT = ("global_token", "sum_hook", "post_scale")
+CORRECT = ("global_token", "sum_hook", "post_scale", "pad_to_longest_rank")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,12 @@ def test_the_non_obvious_rows(catalog):
     rows = report.steps
     # Averaging is linear: only the communication is wasted, and only the
     # no_sync probe sees it.
-    assert rows["no_sync_backward_only"].caught_by == ["no_sync"]
+    # on uneven microbatches, though, the rank with more of them syncs alone.
+    assert rows["no_sync_backward_only"].caught_by == ["uneven_microbatches", "no_sync"]
+    # Join shadows those syncs with zeros: no hang, but a wrong gradient.
+    join = rows["join_every_microbatch"]
+    assert join.caught_by == ["uneven_microbatches", "no_sync"]
+    assert join.max_abs_err["uneven_microbatches"] > 1e-3
     # Right on the first window, wrong later: only the trajectory sees it.
     assert rows["count_never_reset"].caught_by == ["trajectory"]
     # A uniform scale keeps every invariance.
@@ -62,6 +67,20 @@ def test_the_non_obvious_rows(catalog):
     # The mean of means is a per-rank mean over the window: layout-proof.
     assert rows["mean_of_means"].checks["accumulation_invariance"]
     assert not rows["mean_of_means"].checks["permutation_invariance"]
+
+
+def test_a_deadlock_on_uneven_microbatches_is_named_and_the_audit_goes_on(catalog):
+    out, _ = catalog
+    hung = AuditReport.load(out, AuditReport.file_name("no_sync_backward_only"))
+    uneven = hung.checks["uneven_microbatches"]
+    assert not uneven.passed and uneven.max_abs_err is None
+    # The rank with more microbatches waits in a sync that never comes.
+    assert "rank 1 did not finish the step within 10 s" in uneven.note, uneven.note
+    # The steps after it ran in a launch of their own, and were measured.
+    after = AuditReport.load(out, AuditReport.file_name("join_every_microbatch"))
+    assert after.checks["uneven_microbatches"].note == "microbatches per rank: 3, 6"
+    padded = AuditReport.load(out, AuditReport.file_name("pad_to_longest_rank"))
+    assert padded.checks["uneven_microbatches"].passed
 
 
 def test_audit_reports_hold_the_contract(catalog):

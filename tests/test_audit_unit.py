@@ -29,7 +29,8 @@ def test_builtin_catalog_is_complete_and_described():
         assert info.kind in ("correct", "bug")
         assert info.description and info.why, name
         kinds.setdefault(info.kind, []).append(name)
-    assert set(kinds["correct"]) == {"global_token", "sum_hook", "post_scale"}
+    assert set(kinds["correct"]) == {"global_token", "sum_hook", "post_scale",
+                                     "pad_to_longest_rank"}
     assert "mean_of_means" in kinds["bug"]
     assert len(kinds["bug"]) - 1 >= 6, "at least six real mistakes besides the control"
     assert steps.BUILTIN["sum_hook"].setup is not None
@@ -112,6 +113,26 @@ def test_world_size_layout_is_one_set_whatever_w(cfg, corpus):
         layout = harness.world_size_layout(ids, w, 8)
         assert len(layout) == w and _ids(layout) == sorted(ids)
         assert all(len(mb) == 8 for rank in layout for mb in rank)
+
+
+def test_a_token_budget_makes_the_ranks_uneven(cfg, corpus):
+    from course_lib.checks.uneven import MAX_TOKENS
+    from course_lib.core.data import parity_window
+
+    window = parity_window(cfg, corpus, 2)
+    layout = harness.uneven_layout(window, corpus, MAX_TOKENS)
+    for rank, original in zip(layout, window, strict=True):  # each rank keeps its own
+        assert [i for mb in rank for i in mb] == [i for mb in original for i in mb]
+        for mb in rank:
+            longest = max(len(corpus.sequences[i]) for i in mb)
+            assert len(mb) == 1 or len(mb) * longest <= MAX_TOKENS
+    counts = [len(rank) for rank in layout]
+    assert counts[0] < counts[1], counts  # long sequences make more microbatches
+    sizes = {len(mb) for rank in layout for mb in rank}
+    assert len(sizes) > 1  # and microbatches of different sizes
+    # One sequence over the budget still gets a microbatch of its own.
+    assert harness.token_budget(window[1][0][:2], corpus, 1) == [[window[1][0][0]],
+                                                                [window[1][0][1]]]
 
 
 def test_float64_tolerance_is_the_exactness_bound(cfg):

@@ -46,6 +46,45 @@ def test_the_sequence_mean_weighs_every_supervised_row_the_same():
     assert got == pytest.approx(sum(means) / 3, rel=1e-12)
 
 
+def test_the_document_mean_weighs_every_run_of_labels_the_same():
+    # Row 0 packs two documents (3 and 2 labels) around the ignored label
+    # that crosses their boundary; row 1 holds one document of 1 label.
+    torch.manual_seed(2)
+    labels = torch.tensor([[1, 2, 0, IGNORE_INDEX, 3, 1], [2] + [IGNORE_INDEX] * 5])
+    logits = torch.randn(2, 6, 4, dtype=torch.float64)
+    index, count = objectives.documents(labels)
+    assert count == 3 and index.tolist() == [[0, 0, 0, -1, 1, 1], [2] + [-1] * 5]
+    losses = objectives.token_losses(logits, labels)
+    want = (losses[0, :3].mean() + losses[0, 4:].mean() + losses[1, 0]) / 3
+    got = window_loss(parse("document:8"), [(logits, labels)])
+    assert float(got) == pytest.approx(float(want), rel=1e-12)
+    # The sequence mean weighs rows, not documents: row 0 then counts once.
+    rows = (losses[0].sum() / 5 + losses[1, 0]) / 2
+    assert float(window_loss(parse("sequence"), [(logits, labels)])) == pytest.approx(
+        float(rows), rel=1e-12)
+
+
+def test_packing_keeps_every_token_and_marks_each_boundary(corpus):
+    from course_lib.core.data import Packing, collate
+
+    ids = list(corpus.splits["train"][:6])
+    packing = Packing(96, seed=3)
+    inputs, labels = collate(corpus, ids, packing=packing)
+    plain = [len(corpus.sequences[d]) - 1 for i in ids for d in packing.documents(corpus, i)]
+    assert int((labels != IGNORE_INDEX).sum()) == sum(plain)  # no token lost or added
+    for row, i in enumerate(ids):
+        docs = packing.documents(corpus, i)
+        assert docs[0] == i and sum(len(corpus.sequences[d]) for d in docs) <= max(
+            96, len(corpus.sequences[i]))
+        assert objectives.documents(labels[row:row + 1])[1] == len(docs)
+        assert inputs[row, 0] == corpus.sequences[i][0]
+    # A row is a function of its opening sequence: the same in any microbatch.
+    again = collate(corpus, ids[3:4], packing=packing)[1]
+    assert torch.equal(again[0], labels[3, :again.shape[1]])
+    counts = {len(packing.documents(corpus, i)) for i in corpus.splits["train"][:64]}
+    assert len(counts) > 1  # rows hold different numbers of documents
+
+
 def test_the_weighted_mean_divides_by_the_weights():
     mbs = window()
     num = sum(float((objectives.token_losses(lg, lb) * objectives.class_weights(lb)).sum())
@@ -88,7 +127,9 @@ def test_an_l2_penalty_enters_the_reference_once():
     ("tokens", "unknown objective"), ("constant", "needs its normalizer"),
     ("constant:0", "needs its normalizer"), ("constant:abc", "needs its normalizer"),
     ("sequence:3", "takes no value"), ("zloss", "needs its strength"),
-    ("l2:-1", "needs its strength")])
+    ("l2:-1", "needs its strength"), ("document", "needs document boundaries"),
+    ("document:1", "needs document boundaries"), ("document:2.5", "an integer > 1"),
+    ("document:inf", "needs document boundaries")])
 def test_bad_objectives_are_refused(text, says):
     with pytest.raises(ObjectiveError, match=says):
         parse(text)
@@ -112,7 +153,9 @@ def test_a_report_written_before_objectives_reads_as_the_token_mean(tmp_path):
                                   ("audit", "--step", "global_token", "--objective",
                                    "constant"),
                                   ("audit", "--trainer", "t.py:make", "--objective",
-                                   "sequence")])
+                                   "sequence"),
+                                  ("bugs", "--objective", "document"),
+                                  ("bugs", "--objective", "document:4096")])
 def test_a_bad_objective_is_one_line_and_exit_2(tmp_path, args):
     proc = course_lib_cli(*args, "--out", tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -122,7 +165,8 @@ def test_a_bad_objective_is_one_line_and_exit_2(tmp_path, args):
 @pytest.mark.torchrun
 @pytest.mark.usefixtures("no_worker_left_behind")
 @pytest.mark.parametrize("objective, dtype", [
-    ("sequence", "float64"), ("weighted", "float64"), ("constant:4096", "float64"),
+    ("sequence", "float64"), ("document:128", "float64"), ("weighted", "float64"),
+    ("constant:4096", "float64"),
     ("zloss:0.1", "float64"), ("l2:0.01", "float64"), ("weighted", "float32")])
 def test_each_objective_catches_its_bugs_and_passes_its_design(tmp_path, cfg, objective,
                                                                dtype):

@@ -5,7 +5,7 @@ A new check is one module here that defines a ``Check`` (a function of the
 order of the columns in every report and table.
 """
 
-from course_lib.checks import invariance, no_sync, parity, trajectory, world_size
+from course_lib.checks import invariance, no_sync, parity, trajectory, uneven, world_size
 from course_lib.checks.auditor import Auditor
 from course_lib.checks.base import Check, CheckResult
 
@@ -15,6 +15,7 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     invariance.ACCUMULATION,
     world_size.CHECK,
     invariance.PERMUTATION,
+    uneven.CHECK,
     no_sync.CHECK,
 )}
 NAMES: tuple[str, ...] = tuple(CHECKS)

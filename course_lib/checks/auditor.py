@@ -39,10 +39,11 @@ class Auditor:
             self._base = self.outcome(self.layout())
         return self._base
 
-    def outcome(self, layout: harness.Layout, ddp: Any = None) -> harness.StepOutcome:
+    def outcome(self, layout: harness.Layout, ddp: Any = None,
+                probe: bool = True) -> harness.StepOutcome:
         ddp = ddp or harness.fresh_ddp(self.ctx, self.step)
         micro = harness.microbatches(self.ctx, layout, self.ctx.rank)
-        return harness.run_step(self.ctx, self.step, ddp, micro)
+        return harness.run_step(self.ctx, self.step, ddp, micro, probe)
 
     def result(self, passed: bool, max_abs_err: float | None, **kw: Any) -> CheckResult:
         return CheckResult(passed=passed, max_abs_err=max_abs_err, atol=self.atol,

@@ -17,6 +17,11 @@ ranks gives the window's loss exactly.
 - ``sequence``: every sequence weighs the same: the mean over sequences of
   each one's token mean; sequences without a supervised token are left
   out, and their count is global.
+- ``document``: packed rows hold several documents (``core.data.Packing``,
+  rows of WIDTH tokens), and every document weighs the same, whatever row
+  or rank it lands on: the mean over documents of each one's token mean,
+  the document count global. A document is a maximal run of supervised
+  labels: the collator ignores the label that crosses a boundary.
 - ``weighted``: per-token weights w (class weights here, by label id):
   sum of w l / sum of w.
 - ``constant``: a normalizer C chosen in advance (Dr. GRPO's batch size x
@@ -28,7 +33,7 @@ ranks gives the window's loss exactly.
   enters once per optimizer step: not once per rank, nor per microbatch.
 
 An objective is named on the command line as ``token``, ``sequence``,
-``weighted``, ``constant:C``, ``zloss:λ`` or ``l2:λ``.
+``document:WIDTH``, ``weighted``, ``constant:C``, ``zloss:λ`` or ``l2:λ``.
 """
 
 from __future__ import annotations
@@ -81,6 +86,26 @@ def _sequence_numerator(losses: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return per_row.sum()  # rows without a supervised token add 0
 
 
+def documents(labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Each position's document index in this microbatch (-1 where the label
+    is ignored), and the number of documents: a document is a maximal run of
+    supervised labels within a row."""
+    mask = supervised_mask(labels)
+    before = torch.zeros_like(mask)
+    before[:, 1:] = mask[:, :-1]
+    starts = mask & ~before
+    index = torch.cumsum(starts.flatten(), 0).view(labels.shape) - 1
+    return torch.where(mask, index, -1), int(starts.sum())
+
+
+def _document_numerator(losses: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    index, count = documents(labels)
+    inside = index >= 0
+    sums = losses.new_zeros(count).index_add(0, index[inside], losses[inside])
+    sizes = torch.bincount(index[inside], minlength=count).to(losses.dtype)
+    return (sums / sizes).sum()
+
+
 def _weighted_numerator(losses: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return (losses * class_weights(labels).to(losses.dtype)).sum()
 
@@ -108,11 +133,14 @@ class Objective:
     strength: float | None = None
     auxiliary: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     penalty: Callable[[nn.Module], torch.Tensor] | None = None
+    packing: int | None = None  # the packed rows' width in tokens, for ``document``
 
     @property
     def spec(self) -> str:
-        """How the command line names it: ``constant:C`` and ``l2:λ`` carry their value."""
-        value = self.constant if self.constant is not None else self.strength
+        """How the command line names it: ``constant:C``, ``document:WIDTH``
+        and ``l2:λ`` carry their value."""
+        value = next((v for v in (self.constant, self.strength, self.packing)
+                      if v is not None), None)
         return f"{self.name}:{value:g}" if value is not None else self.name
 
     def microbatch_numerator(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -153,6 +181,9 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("sequence", "every sequence weighs the same: the mean over sequences of "
               "each one's token mean", _sequence_numerator,
               lambda labels: (_rows(labels) > 0).sum()),
+    Objective("document", "every document of the packed rows weighs the same: the mean "
+              "over documents of each one's token mean", _document_numerator,
+              lambda labels: torch.tensor(documents(labels)[1])),
     Objective("weighted", "per-token class weights w: sum w l / sum w",
               _weighted_numerator, lambda labels: class_weights(labels).sum()),
     Objective("constant", "a normalizer C fixed in advance: sum l / C",
@@ -166,6 +197,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
 )}
 # Objectives that take a value after a colon: (what it is, its symbol, an example).
 VALUED = {"constant": ("its normalizer", "C", "4096"),
+          "document": ("its packed rows' width", "WIDTH", "128"),
           "zloss": ("its strength", "LAMBDA", "0.1"),
           "l2": ("its strength", "LAMBDA", "0.01")}
 NAMES = tuple(OBJECTIVES)
@@ -173,8 +205,8 @@ DEFAULT = "token"
 
 
 def parse(text: str | None) -> Objective:
-    """``token``, ``sequence``, ``weighted``, ``constant:C``, ``zloss:λ`` or
-    ``l2:λ`` (C, λ > 0)."""
+    """``token``, ``sequence``, ``document:WIDTH``, ``weighted``,
+    ``constant:C``, ``zloss:λ`` or ``l2:λ`` (C, λ > 0; WIDTH an integer > 1)."""
     name, sep, value = (text or DEFAULT).strip().partition(":")
     if name not in OBJECTIVES:
         raise ObjectiveError(f"--objective: unknown objective {name!r} "
@@ -188,12 +220,19 @@ def parse(text: str | None) -> Objective:
         number = float(value)
     except ValueError:
         number = float("nan")
+    what, symbol, example = VALUED[name]
+    if name == "document" and not (sep and number > 1 and number.is_integer()):
+        raise ObjectiveError(
+            "--objective: document needs document boundaries, and rows of one sequence "
+            f"have none: pack them, document:{symbol} (an integer > 1, the packed rows' "
+            f"width in tokens), e.g. document:{example}")
     if not sep or not number > 0 or number == float("inf"):
-        what, symbol, example = VALUED[name]
         raise ObjectiveError(f"--objective: {name} needs {what} {symbol} > 0, "
                              f"e.g. {name}:{example}")
     if name == "constant":
         return dataclasses.replace(found, constant=number)
+    if name == "document":
+        return dataclasses.replace(found, packing=int(number))
     return dataclasses.replace(found, strength=number)
 
 

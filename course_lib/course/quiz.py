@@ -244,6 +244,34 @@ def _sequence_weight_max(world_size: int = 2) -> float:
 
 
 @cache
+def _uneven_counts(max_tokens: int, world_size: int = 2) -> list[int]:
+    """Each rank's microbatch count on the parity window, re-batched by a budget."""
+    from course_lib.core.data import parity_window
+    from course_lib.course.api import corpus, load_config
+    from course_lib.rank.harness import uneven_layout
+
+    cfg = load_config()
+    data = corpus(cfg)
+    return [len(r) for r in uneven_layout(parity_window(cfg, data, world_size), data,
+                                          max_tokens)]
+
+
+@cache
+def _documents(width: int, world_size: int = 2) -> int:
+    """The documents of the parity window, packed into rows of ``width`` tokens."""
+    from course_lib.core import objectives
+    from course_lib.core.data import collate, parity_window
+    from course_lib.course.api import corpus, load_config
+    from course_lib.rank.harness import packing_of
+
+    cfg = load_config()
+    data = corpus(cfg)
+    packing = packing_of(cfg, width)
+    return sum(objectives.documents(collate(data, ids, packing=packing)[1])[1]
+               for rank in parity_window(cfg, data, world_size) for ids in rank)
+
+
+@cache
 def _avg_tokens_factor(world_size: int) -> float:
     """HF 4.46.2-5.9's scale N / (N + R) on the parity window at this W."""
     from course_lib.course.api import corpus, load_config
@@ -380,7 +408,8 @@ QUESTIONS: dict[str, Question] = {
     # 06 the bug lab
     "bug_lab.predict_no_sync_backward_only": Question(
         "no_sync() around the backward only: which checks catch it?", "choices",
-        ("no_sync",), "is the gradient wrong, or only the communication?",
+        ("uneven_microbatches", "no_sync"), "is the gradient wrong, or only the "
+        "communication? And when one rank makes more microbatches than the other?",
         options=_check_names),
     "bug_lab.predict_count_never_reset": Question(
         "A token count never reset between windows: which checks catch it?",
@@ -402,7 +431,7 @@ QUESTIONS: dict[str, Question] = {
         options=("whole-window count", "loose tolerance", "luck")),
     "bug_lab.3": Question(
         "Audit a step that backprops W * S_r / N with no no_sync() at all: "
-        "which checks fail?", "choices", ("no_sync",),
+        "which checks fail?", "choices", ("uneven_microbatches", "no_sync"),
         "write it with %%writefile and run course_lib.audit on it",
         options=_check_names),
     "bug_lab.4": Question(
@@ -568,6 +597,17 @@ QUESTIONS: dict[str, Question] = {
         "choice", "accumulation_invariance",
         "run the l2 bug catalog, then compare the two rows' failed checks",
         options=_check_names),
+    "choose_the_unit.4": Question(
+        "With a token budget of 256 padded tokens instead of 384, how many "
+        "microbatches does rank 1 make on the parity window?", "number",
+        lambda: _uneven_counts(256)[1],
+        "run uneven_layout(window, corpus, 256) and count rank 1's microbatches: "
+        "rows x the longest row may not pass the budget", rel_tol=0),
+    "choose_the_unit.5": Question(
+        "Packed rows of 128 tokens (document:128): how many documents does the "
+        "parity window hold, over both ranks?", "number", lambda: _documents(128),
+        "collate the window with packing_of(cfg, 128) and count the "
+        "documents of every microbatch with objectives.documents", rel_tol=0),
     # 13 adapting
     "adapting.1": Question(
         "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "

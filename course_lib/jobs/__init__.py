@@ -16,6 +16,7 @@ from course_lib.jobs import (
     resume,
     smoke,
     train,
+    uneven,
     world_size,
 )
 from course_lib.jobs.kind import JobKind
@@ -30,6 +31,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     bench.KIND,
     audit.KIND,
     world_size.KIND,
+    uneven.KIND,
     recipes.KIND,
     frameworks.KIND,
 )}

@@ -19,7 +19,7 @@ from course_lib import checks
 from course_lib.checks import CheckResult
 from course_lib.core import objectives, paths
 from course_lib.core.config import Config
-from course_lib.jobs import world_size
+from course_lib.jobs import uneven, world_size
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
@@ -119,14 +119,18 @@ KIND = JobKind(AuditJob, run_rank)
 
 @dataclass(frozen=True)
 class LaunchedApart:
-    """A check run by jobs of its own, one per world size, and compared here."""
+    """A check run by jobs of its own and compared here. ``plan`` gives one
+    job per world size (the audit's own W rides in its first launch);
+    ``run`` makes launches of its own, which a step may fail (a deadlock)."""
 
-    plan: Callable[[Config, list[str], Path, float, str], dict[int, JobSpec]]
     collect: Callable[[Path, str, float, float], CheckResult]
+    plan: Callable[[Config, list[str], Path, float, str], dict[int, JobSpec]] | None = None
+    run: Callable[..., None] | None = None  # (cfg, out, [(spec, name)], timeout, unit, W)
 
 
 LAUNCHED_APART: dict[str, LaunchedApart] = {
-    world_size.NAME: LaunchedApart(world_size.plan, world_size.collect),
+    world_size.NAME: LaunchedApart(world_size.collect, plan=world_size.plan),
+    uneven.NAME: LaunchedApart(uneven.collect, run=uneven.run),
 }
 
 
@@ -164,11 +168,17 @@ def with_dtype(cfg: Config, dtype: str | None) -> Config:
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, dtype=dtype))
 
 
-def parse_objective(text: str | None) -> objectives.Objective:
+def parse_objective(text: str | None, cfg: Config | None = None) -> objectives.Objective:
+    """The objective, and with ``cfg``: packed rows that fit the model."""
     try:
-        return objectives.parse(text)
+        found = objectives.parse(text)
     except objectives.ObjectiveError as exc:
         raise AuditInputError(str(exc)) from None
+    if cfg is not None and found.packing and found.packing > cfg.data.max_length:
+        raise AuditInputError(
+            f"--objective {found.spec}: packed rows of {found.packing} tokens are longer "
+            f"than the model's {cfg.data.max_length} positions (data.max_length)")
+    return found
 
 
 def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | None = None,
@@ -180,7 +190,7 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     token mean by default); write and return ``audit-<step>.json``.
     ``extra_jobs`` ride along in the first launch, after the audit job."""
     cfg = with_dtype(cfg, dtype)
-    unit = parse_objective(objective).spec
+    unit = parse_objective(objective, cfg).spec
     names = check_names or list(checks.NAMES)
     resolved = resolve_steps(specs)
     worker_specs = [spec for spec, _ in resolved]
@@ -188,7 +198,8 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     out = Path(out)
     world = kw.pop("world_size", None) or cfg.train.world_size
     apart = {n: LAUNCHED_APART[n] for n in names if not checks.CHECKS[n].in_launch}
-    plans = [a.plan(cfg, worker_specs, data_dir, step_timeout, unit) for a in apart.values()]
+    plans = [a.plan(cfg, worker_specs, data_dir, step_timeout, unit)
+             for a in apart.values() if a.plan]
     first: list[JobSpec] = [
         AuditJob(worker_specs, [c for c in names if checks.CHECKS[c].in_launch],
                  trajectory_updates, step_timeout, unit),
@@ -198,6 +209,10 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
         for w, job in p.items():
             if w != world:
                 launch(cfg, out, [job], data_dir=data_dir, world_size=w, **kw)
+    for a in apart.values():
+        if a.run:
+            a.run(cfg, out, [(spec, info.name) for spec, info in resolved], step_timeout,
+                  unit, world, data_dir=data_dir, **kw)
     atol, rtol = harness.tolerance(cfg)
     found = {}
     for _, info in resolved:
@@ -217,7 +232,7 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
 def bugs(cfg: Config, out: Path, objective: str | None = None, **kw: Any) -> BugsReport:
     """Every built-in step of ``objective``'s catalog (``steps.objectives``;
     the token mean's by default) through every check -> ``reports/bugs.json``."""
-    unit = parse_objective(objective)
+    unit = parse_objective(objective, cfg)
     catalog = CATALOGS[unit.name]
     found = audit(cfg, out, list(catalog), list(checks.NAMES), objective=unit.spec, **kw)
     rows = {}

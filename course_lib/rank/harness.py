@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from course_lib.core import objectives
-from course_lib.core.data import Corpus, collate
+from course_lib.core.data import Corpus, Packing, collate
 from course_lib.core.model import build_model
 from course_lib.core.normalize import Microbatch, window_count
 from course_lib.core.reference import Comparison, compare, flat_grad, reference_gradient
@@ -38,10 +38,21 @@ def tolerance(cfg) -> tuple[float, float]:
     return cfg.parity.atol, cfg.parity.rtol
 
 
+def packing_of(cfg, width: int) -> Packing:
+    """The config's packed rows of ``width`` tokens: their fillers are seeded."""
+    return Packing(width, cfg.seed + 40)
+
+
+def packing(ctx: RankContext) -> Packing | None:
+    """The packed rows the audited objective asks for (``document:WIDTH``), or None."""
+    width = objectives.active().packing
+    return packing_of(ctx.cfg, width) if width else None
+
+
 def microbatches(ctx: RankContext, layout: Layout, rank: int,
                  corpus: Corpus | None = None) -> list[Microbatch]:
     supervised = rank not in ctx.cfg.train.empty_ranks
-    return [collate(corpus or ctx.corpus, ids, supervised, ctx.device)
+    return [collate(corpus or ctx.corpus, ids, supervised, ctx.device, packing(ctx))
             for ids in layout[rank]]
 
 
@@ -142,18 +153,21 @@ class StepOutcome:
 
 
 def run_step(ctx: RankContext, step: StepInfo, ddp: DDP,
-             micro: list[Microbatch]) -> StepOutcome:
-    """Zero the gradients, run the step once, and collect what it left."""
+             micro: list[Microbatch], probe: bool = True) -> StepOutcome:
+    """Zero the gradients, run the step once, and collect what it left.
+    ``probe``: watch the sync between microbatches (a collective before each
+    forward, so only where every rank makes as many microbatches)."""
     ddp.zero_grad(set_to_none=True)
-    probe = SyncProbe(ddp)
+    watch = SyncProbe(ddp) if probe else None
     try:
         step.func(ddp, micro, ctx.world_size)
     finally:
-        probe.remove()
+        if watch is not None:
+            watch.remove()
     fence(ctx, ctx.state.step_timeout)
     grads = gather_grads(ddp.module)
     tokens = gather_ints(int(window_count(micro)) if micro else 0, ctx.device)
-    return StepOutcome(grads, probe.agree + [_identical(grads)], tokens)
+    return StepOutcome(grads, (watch.agree if watch else []) + [_identical(grads)], tokens)
 
 
 @dataclass
@@ -233,3 +247,25 @@ def world_size_layout(ids: list[int], world_size: int, batch_size: int) -> Layou
     per_rank = len(ids) // world_size
     return [_chunks(ids[r * per_rank:(r + 1) * per_rank], per_rank // batch_size)
             for r in range(world_size)]
+
+
+def token_budget(ids: list[int], corpus: Corpus, max_tokens: int) -> list[list[int]]:
+    """Microbatches of at most ``max_tokens`` padded tokens (rows x the
+    longest row), filled in order, as fairseq's ``max_tokens`` batches: long
+    sequences make more, smaller microbatches. One sequence longer than the
+    budget still gets a microbatch of its own."""
+    found: list[list[int]] = []
+    for i in ids:
+        grown = found[-1] + [i] if found else [i]
+        if found and len(grown) * max(len(corpus.sequences[j]) for j in grown) <= max_tokens:
+            found[-1] = grown
+        else:
+            found.append([i])
+    return found
+
+
+def uneven_layout(layout: Layout, corpus: Corpus, max_tokens: int) -> Layout:
+    """Each rank keeps its sequences, re-batched by a token budget: the ranks
+    make different numbers of microbatches in one window."""
+    return [token_budget([i for mb in rank for i in mb], corpus, max_tokens)
+            for rank in layout]

@@ -10,8 +10,10 @@ import contextlib
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from course_lib.core.data import IGNORE_INDEX
 from course_lib.core.model import count_before_shift, count_tokens, loss_sum
 from course_lib.core.normalize import (
     accumulate_window,
@@ -52,6 +54,19 @@ def post_scale(model, microbatches, world_size):
     """Backprop the raw sum S_r; after DDP's mean, scale the gradients by W / N."""
     backprop_sums(model, microbatches, lambda s, _: s)
     scale_grads(model, world_size / checked_global_count(window_count(microbatches)))
+
+
+def pad_to_longest_rank(model, microbatches, world_size):
+    """Uneven ranks: all-reduce the longest rank's microbatch count, pad the
+    others with empty microbatches, then the course's rule. Every rank runs
+    the same loop, so any collective in it pairs up, whatever each holds."""
+    longest = torch.tensor(len(microbatches), device=microbatches[-1][1].device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    inputs, labels = microbatches[-1]
+    empty = (inputs[:1], torch.full_like(labels[:1], IGNORE_INDEX))  # runs, holds no token
+    global_token(model, [*microbatches, *[empty] * (int(longest) - len(microbatches))],
+                 world_size)
 
 
 # --- the negative control -------------------------------------------------------------
@@ -107,6 +122,15 @@ def no_sync_backward_only(model, microbatches, world_size):
             loss.backward()
 
 
+def join_every_microbatch(model, microbatches, world_size):
+    # Join lets a rank that ran out of microbatches shadow the others'
+    # all-reduces with zeros; each microbatch syncs (no no_sync).
+    n = checked_global_count(window_count(microbatches))
+    with Join([model]):
+        for inputs, labels in microbatches:
+            (loss_sum(model(inputs), labels) * (world_size / n)).backward()
+
+
 def per_microbatch_mean(model, microbatches, world_size):
     steps = len(microbatches)
     backprop_sums(model, microbatches,
@@ -130,6 +154,9 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
           "the sum over ranks of S_r / N is sum_r S_r / N"),
     info(post_scale, "correct", "backprop the raw sum S_r; scale grads by W / N",
           "the mean of the sums, times W / N, is sum_r S_r / N"),
+    info(pad_to_longest_rank, "correct",
+         "uneven ranks: pad to the longest rank's microbatch count, then W * S_r / N",
+         "empty microbatches add no token and every rank makes the same collectives"),
     info(mean_of_means, "bug", "negative control: each rank backprops its mean S_r / N_r",
           "a token on a rank with few tokens weighs more than one on a busy rank"),
     info(local_count, "bug", "N taken locally, without the all_reduce: W * S_r / N_r",
@@ -149,6 +176,9 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
     info(no_sync_backward_only, "bug", "no_sync() wraps the backward only",
           "DDP arms its hooks in forward, so every microbatch syncs: the gradient "
           "is right (averaging is linear) but the communication is wasted"),
+    info(join_every_microbatch, "bug", "Join around a loop that syncs every microbatch",
+          "a rank that ran out shadows the syncs with zeros, and what was synced "
+          "before is averaged again: no hang, a wrong gradient"),
     info(per_microbatch_mean, "bug", "each microbatch's own mean, divided by the steps",
           "a mean of microbatch means weighs tokens by their microbatch's size"),
     info(count_never_reset, "bug", "the token count is never reset between windows",

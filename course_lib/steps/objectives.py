@@ -99,6 +99,17 @@ def per_microbatch_normalizer(model, microbatches, world_size):
                   / o.local_denominator([lb]).clamp(min=1).to(lg.dtype) / steps)
 
 
+# --- the document mean's own bug -------------------------------------------------------
+
+
+def rows_as_documents(model, microbatches, world_size):
+    # The sequence objective's rule, right on rows of one sequence, run on packed rows.
+    rows = objectives.OBJECTIVES["sequence"]
+    den = summed_over_ranks(rows.local_denominator(_labels(microbatches)))
+    backprop_each(model, microbatches, lambda lg, lb: rows.microbatch_numerator(lg, lb)
+                  * world_size / den.to(lg.dtype))
+
+
 # --- the weighted mean's own bug -----------------------------------------------------
 
 
@@ -174,6 +185,8 @@ _PER_MICRO = info(per_microbatch_normalizer, "bug",
 
 STEPS: dict[str, StepInfo] = {s.name: s for s in (
     _CORRECT, _LOCAL, _PER_MICRO,
+    info(rows_as_documents, "bug", "every packed row weighs the same (the sequence rule)",
+         "a row of many short documents counts as one: each of them weighs less"),
     info(weights_over_token_count, "bug", "the weighted sum divided by the token count N",
          "the weights' sum, not N, normalizes a weighted mean"),
     info(constant_from_the_batch, "bug",
@@ -198,10 +211,13 @@ _TOKEN_MEAN = info(global_token, "bug", "the token mean's design, W * S_r / N",
 
 CATALOGS: dict[str, dict[str, StepInfo]] = {
     "token": BUILTIN,
-    # Every microbatch of the audit's windows holds the same number of
-    # sequences, all supervised: a per-microbatch sequence count is right
-    # there, so it is no bug of this catalog.
-    "sequence": {s.name: s for s in (_CORRECT, _LOCAL, _TOKEN_MEAN)},
+    # The planned windows hold the same number of sequences in every
+    # microbatch; a per-microbatch sequence count goes wrong on token-budget
+    # microbatches (uneven_microbatches) only.
+    "sequence": {s.name: s for s in (_CORRECT, _LOCAL, _PER_MICRO, _TOKEN_MEAN)},
+    # Packed rows hold different numbers of documents: a per-microbatch count is a bug.
+    "document": {s.name: s for s in (_CORRECT, _LOCAL, _PER_MICRO, _TOKEN_MEAN,
+                                     STEPS["rows_as_documents"])},
     "weighted": {s.name: s for s in (_CORRECT, _LOCAL, _PER_MICRO, _TOKEN_MEAN,
                                      STEPS["weights_over_token_count"])},
     "constant": {s.name: s for s in (_CORRECT, STEPS["constant_from_the_batch"],

@@ -2,7 +2,7 @@
 (``plan``) and padding (``collate``). The names below are the ones the
 rest of the package and the chapters use."""
 
-from course_lib.core.data.collate import IGNORE_INDEX, collate
+from course_lib.core.data.collate import IGNORE_INDEX, Packing, collate
 from course_lib.core.data.corpus import (
     FORMAT_VERSION,
     Corpus,
@@ -30,7 +30,7 @@ from course_lib.core.data.plan import (
 )
 
 __all__ = ["FORMAT_VERSION", "IGNORE_INDEX", "Corpus", "DataLockError", "MarkovSource",
-           "WindowSampler", "check_plan", "collate", "corpus_id", "corpus_paths",
+           "Packing", "WindowSampler", "check_plan", "collate", "corpus_id", "corpus_paths",
            "generate_corpus", "generated_home", "load_corpus", "locate", "lock_record",
            "make_plan", "make_sampler", "make_source", "parity_window", "prepare",
            "rank_bands", "rank_pools", "write_corpus"]
