@@ -70,7 +70,16 @@ def test_question_ids_start_with_their_chapter_slug():
     assert not strays, f"questions of no chapter: {strays}"
 
 
-@pytest.mark.parametrize("given", [None, "abc", float("nan"), True, [1]])
+@pytest.mark.parametrize("qid", ["mean_of_means.1", "bug_lab.3", "ddp_parity.3"])
+@pytest.mark.parametrize("given", [None, "", "  ", [], ()])
+def test_an_unanswered_question_shows_neither_a_grade_nor_a_hint(qid, given):
+    verdict = quiz.check(qid, given)
+    assert not verdict.correct and not verdict.answered
+    assert str(verdict) == "your answer here"
+    assert "not yet" not in verdict._repr_html_()
+
+
+@pytest.mark.parametrize("given", ["abc", float("nan"), True, [1]])
 def test_nonsense_is_a_hint_not_a_crash(given):
     verdict = quiz.check("mean_of_means.1", given)
     assert not verdict.correct and "correct" not in str(verdict)

@@ -12,18 +12,35 @@ from course_lib.jobs import audit as audits
 from course_lib.jobs import recipes as recipe_audit
 from course_lib.jobs.recipes import RecipesReport
 from course_lib.reports.store import report_path
-from course_lib.steps import recipes
+from course_lib.steps import recipes, rl_recipes
 from course_lib.steps.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO_STEP
 from tests.conftest import course_lib_cli
 
 # The survey's facts, written out independently of the registry.
 EXACT_RECIPES = {"course_rule", "fairseq", "hf_trainer_5_10_1",
-                 "torchtitan_fsdp", "megatron_per_token"}
-SCALED_RECIPES = {"hf_trainer_avg_tokens", "accelerate_docs", "torchtitan_ddp"}
+                 "torchtitan_fsdp", "megatron_per_token",
+                 "unsloth_count", "torchtune_distributed",
+                 # RL: exact for the advantage-weighted token mean sum A l / N
+                 "trl_grpo_dapo", "verl_token_mean", "openrlhf_window", "nemo_rl"}
+SCALED_RECIPES = {"hf_trainer_avg_tokens", "accelerate_docs", "torchtitan_ddp",
+                  # against the token mean: N / C, N / sequences, 2 N / N_gen
+                  "trl_grpo_dr_grpo", "verl_seq_mean_token_sum", "trl_grpo_dapo_spg2"}
 # Biased on skewed counts, but only uniformly scaled when the counts are
 # equal: a missing 1/M (M), rank means counted before the shift (N / (N + R)).
-SCALED_WHEN_BALANCED = SCALED_RECIPES | {"hf_trainer_4_46_mean_loss",
-                                         "hf_trainer_local_tokens"}
+# (dapo with steps_per_generation = 2 GA is exact there: both windows hold N.)
+SCALED_WHEN_BALANCED = SCALED_RECIPES - {"trl_grpo_dapo_spg2"} | {
+    "hf_trainer_4_46_mean_loss", "hf_trainer_local_tokens"}
+# What each recipe that does not claim the token mean claims, per the survey.
+CLAIMS = {"trl_grpo_bnpo": "microbatch_means", "trl_grpo_grpo": "sequence_means",
+          "trl_grpo_dr_grpo": "constant", "verl_seq_mean_token_mean": "sequence_means",
+          "verl_seq_mean_token_sum": "sequence_sums"}
+# Exact for their own objective on both windows, not for the token mean (skewed).
+EXACT_FOR_THEIR_CLAIM = set(CLAIMS)
+RL_RECIPES = {"trl_grpo_dapo", "trl_grpo_dapo_spg2", "trl_grpo_bnpo", "trl_grpo_grpo",
+              "trl_grpo_dr_grpo", "verl_token_mean", "verl_seq_mean_token_mean",
+              "verl_seq_mean_token_sum", "verl_dp_actor_legacy", "openrlhf_window",
+              "nemo_rl"}
+PLAIN_RECIPES = [n for n in RECIPES if n not in RL_RECIPES]
 # Checks whose verdicts the survey predicts per recipe, beside parity.
 INVARIANCES = ["world_size_invariance", "no_sync"]
 EMPTY_WINDOW = {
@@ -46,6 +63,22 @@ EMPTY_WINDOW = {
     "lightning": "zero step, NaN loss",
     "nanogpt": "zero step, NaN loss",
     "deepspeed": "zero step, NaN loss",
+    "axolotl": "zero step, NaN loss",
+    "unsloth_count": "zero step, NaN loss",
+    "llamafactory_v1": "zero step, NaN loss",
+    "torchtune_distributed": "NaN gradients",  # scale_grads(W / 0) on zero gradients
+    # TRL clamps every count to 1 (or divides by the constant): a finite zero.
+    "trl_grpo_dapo": "zero step",
+    "trl_grpo_dapo_spg2": "zero step",
+    "trl_grpo_bnpo": "zero step",
+    "trl_grpo_grpo": "zero step",
+    "trl_grpo_dr_grpo": "zero step",
+    "verl_token_mean": "zero step, NaN loss",
+    "verl_seq_mean_token_mean": "zero step, NaN loss",
+    "verl_seq_mean_token_sum": "zero step, NaN loss",
+    "verl_dp_actor_legacy": "zero step",  # masked_mean's + 1e-8
+    "openrlhf_window": "zero step, NaN loss",
+    "nemo_rl": "zero step, NaN loss",
 }
 
 
@@ -63,6 +96,9 @@ def test_every_recipe_has_its_sources_and_a_prediction():
         assert r.predicted_empty == EMPTY_WINDOW[name], name
         assert (r.objective == "token_mean") == (name in EXACT_RECIPES), name
         assert r.func.__doc__, name
+        assert r.claims == CLAIMS.get(name, "token_mean"), name
+        assert r.claimed == rl_recipes.CLAIMS[r.claims]
+        assert r.policy == (name in RL_RECIPES), name
 
 
 def test_every_row_says_what_the_real_code_measured():
@@ -72,10 +108,16 @@ def test_every_row_says_what_the_real_code_measured():
     from course_lib.jobs.frameworks import Matrix
 
     matrix = Matrix.committed()
+    runs = recipe_audit.LossRuns.committed()
     for name, r in RECIPES.items():
         found = recipe_audit.real_code(r, matrix)
-        assert bool(r.real) != bool(r.unrun), name
-        if r.real:
+        assert bool(r.real or r.loss_runs) != bool(r.unrun), name
+        if r.loss_runs:
+            assert not r.real, name
+            text = recipe_audit.loss_code_text(r, runs)
+            assert text.startswith("run (loss function, trl "), (name, text)
+            assert "loss and gradient allclose" in text, (name, text)
+        elif r.real:
             assert found.rows and found.agrees, (name, found.text())
             assert found.text().startswith("run: ") and "as predicted" in found.text()
         else:
@@ -103,7 +145,9 @@ def test_the_readme_table_says_what_the_real_code_measured():
         mine = [line for line in rows if f"(`{name}`)" in line]
         assert len(mine) == 1, name
         last = mine[0].rstrip(" |").rsplit("|", 1)[-1].strip()
-        if r.real:
+        if r.loss_runs:
+            assert last.startswith("loss function confirmed"), (name, last)
+        elif r.real:
             assert last.split(":")[0] in ("confirmed", "added from the runs") or \
                 last.startswith("corrected by the runs"), (name, last)
         else:
@@ -215,12 +259,14 @@ def test_exercises_grade_without_giving_the_answer_away():
 
 
 def test_the_prediction_is_the_set_of_exact_recipes():
+    # Chapter 10 asks about the fine-tuning recipes; chapter 12 has the RL ones.
+    exact = {n for n in EXACT_RECIPES if not RECIPES[n].policy} - {"course_rule"}
     q = quiz.QUESTIONS["production_recipes.predict"]
     assert "course_rule" not in q.choices()
-    assert set(q.expected()) == EXACT_RECIPES - {"course_rule"}
-    assert quiz.check("production_recipes.predict",
-                      sorted(EXACT_RECIPES - {"course_rule"})).correct
-    picked = sorted(EXACT_RECIPES - {"course_rule"} | {"torchtitan_ddp"})
+    assert not any(RECIPES[n].policy for n in q.choices())
+    assert set(q.expected()) == exact
+    assert quiz.check("production_recipes.predict", sorted(exact)).correct
+    picked = sorted(exact | {"torchtitan_ddp"})
     assert not quiz.check("production_recipes.predict", picked).correct
 
 
@@ -249,7 +295,7 @@ def invariances(tmp_path_factory, cfg):
     """The other predicted checks on every recipe: an audit launch at W = 2,
     then one each at W = 1 and W = 4 for world_size_invariance."""
     out = tmp_path_factory.mktemp("recipe-invariances")
-    return audits.audit(cfg, out, list(RECIPES), INVARIANCES, timeout=600)
+    return audits.audit(cfg, out, PLAIN_RECIPES, INVARIANCES, timeout=600)
 
 
 
@@ -274,17 +320,20 @@ def test_the_command_exits_0_and_writes_the_report(run):
 @pytest.mark.torchrun
 def test_exact_recipes_pass_parity_and_the_others_fail_on_skewed_counts(run, invariances):
     report = RecipesReport.load(run[0])
-    assert set(invariances) == set(report.recipes)
+    assert set(invariances) == set(PLAIN_RECIPES)
     for name, row in report.recipes.items():
-        assert row.checks["parity"] == (name in EXACT_RECIPES), name
-        checks = invariances[name].checks
-        assert list(checks) == INVARIANCES, name
-        assert checks["no_sync"].passed, name
-        # A per-rank mean, a 1/W and a missing 1/M change with W; a mean
-        # of microbatch means over the same microbatches does not.
-        assert checks["world_size_invariance"].passed == (
-            name not in {"hf_trainer_4_46_0", "hf_trainer_4_46_mean_loss",
-                         "hf_trainer_local_tokens", "torchtitan_ddp"}), name
+        if name in RL_RECIPES:  # the audit's checks compare with the plain token mean
+            assert row.checks == {} and row.policy, name
+        else:
+            assert row.checks["parity"] == (name in EXACT_RECIPES), name
+            checks = invariances[name].checks
+            assert list(checks) == INVARIANCES, name
+            assert checks["no_sync"].passed, name
+            # A per-rank mean, a 1/W and a missing 1/M change with W; a mean
+            # of microbatch means over the same microbatches does not.
+            assert checks["world_size_invariance"].passed == (
+                name not in {"hf_trainer_4_46_0", "hf_trainer_4_46_mean_loss",
+                             "hf_trainer_local_tokens", "torchtitan_ddp", "axolotl"}), name
         skewed = row.regimes["skewed"]
         assert (skewed.verdict == EXACT) == (name in EXACT_RECIPES), name
         # Equal counts hide every bias; only a uniform scale still shows.
@@ -297,8 +346,14 @@ def test_uniform_scales_match_their_predicted_factor(run):
     report = RecipesReport.load(run[0])
     for regime, info in report.regimes.items():
         n, r = info.global_tokens, info.first_label_rows
+        first_half = sum(rank[0] for rank in info.microbatch_tokens)  # GA = 1 of M = 2
         expected = {"torchtitan_ddp": 1 / report.world_size,
-                    "hf_trainer_avg_tokens": n / (n + r), "accelerate_docs": n / (n + r)}
+                    "hf_trainer_avg_tokens": n / (n + r), "accelerate_docs": n / (n + r),
+                    # every row holds a token: N / C with C = rows x 128; N / rows
+                    "trl_grpo_dr_grpo": n / (info.rows * rl_recipes.MAX_COMPLETION_LENGTH),
+                    "verl_seq_mean_token_sum": n / info.rows}
+        if regime == "skewed":  # the first window over the average of the two
+            expected["trl_grpo_dapo_spg2"] = first_half / (n / 2)
         for name, factor in expected.items():
             result = report.recipes[name].regimes[regime]
             assert result.verdict == SCALED, (name, regime)
@@ -316,3 +371,206 @@ def test_each_verdict_and_empty_window_is_as_predicted(run):
         for regime, result in row.regimes.items():
             assert result.verdict == result.predicted_verdict, (name, regime)
         assert recipe_audit.empty_text(row) == EMPTY_WINDOW[name], name
+
+
+@pytest.mark.torchrun
+def test_each_recipe_is_measured_against_its_claim_too(run):
+    """Both verdicts, measured and predicted: exact for its own objective,
+    biased (or scaled) for the token mean, is the shape of several rows."""
+    out, proc = run
+    report = RecipesReport.load(out)
+    for name, row in report.recipes.items():
+        assert row.claims == CLAIMS.get(name, "token_mean"), name
+        for regime, result in row.regimes.items():
+            claim = result.claim
+            assert claim is not None, (name, regime)
+            assert claim.verdict == claim.predicted_verdict and claim.matches, (name, regime)
+            if row.claims == "token_mean":  # one objective, one verdict
+                assert (claim.verdict, claim.relative_error) == (
+                    result.verdict, result.relative_error), (name, regime)
+            if name in EXACT_FOR_THEIR_CLAIM:
+                assert claim.verdict == EXACT, (name, regime)
+        if name in EXACT_FOR_THEIR_CLAIM:
+            assert row.regimes["skewed"].verdict != EXACT, name
+            assert row.claim_verdict == EXACT, name
+    assert "its claim" in proc.stdout and "sequence_means" in proc.stdout
+
+
+# --- the RL recipes on one process, and TRL's own loss -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def window(cfg, corpus):
+    """The parity window, every rank's microbatches, on one process (W = 1)."""
+    from course_lib.core.data import collate, parity_window
+
+    layout = parity_window(cfg, corpus, cfg.train.world_size)
+    return [[collate(corpus, ids) for rank in layout for ids in rank]]
+
+
+def _measure(cfg, recipe, window):
+    """Both verdicts of one recipe, run on one process (no comm hook)."""
+    from course_lib.core.model import build_model
+    from course_lib.core.reference import flat_grad
+
+    def fresh():
+        torch.manual_seed(0)
+        return build_model(cfg).eval()
+
+    model = fresh()
+    recipe.func(model, window[0], 1)
+    grad = flat_grad(model).double()
+    shape = recipes.window_shape(window)
+    found = []
+    for claim, predicted in zip((("token_mean", recipe.claims)),
+                                recipes.predictions(recipe, shape)):
+        ref = rl_recipes.claim_reference(fresh(), window, claim, recipe.policy,
+                                         recipe.generation).double()
+        found.append(recipes.matches(recipes.classify(grad, ref, 1e-5), predicted))
+    return found
+
+
+def test_every_recipe_on_one_process_is_as_predicted_for_both_objectives(cfg, window):
+    """W = 1 (the SUM-reduction rows need their comm hook: torchrun covers them)."""
+    for name, recipe in RECIPES.items():
+        if recipe.step.setup is None:
+            assert _measure(cfg, recipe, window) == [True, True], name
+
+
+def test_a_wrong_recipe_fails_its_check(cfg, window):
+    """Each row's formula swapped for a neighbour's: the measurement exposes it."""
+    import dataclasses
+
+    for name, wrong in [("trl_grpo_dr_grpo", rl_recipes.trl_grpo_bnpo),
+                        ("trl_grpo_grpo", rl_recipes.verl_seq_mean_token_sum),
+                        ("trl_grpo_dapo_spg2", rl_recipes.trl_grpo_dapo),
+                        ("verl_token_mean", rl_recipes.verl_dp_actor_legacy)]:
+        swapped = dataclasses.replace(RECIPES[name], func=wrong)
+        assert False in _measure(cfg, swapped, window), name
+
+
+def test_advantages_follow_the_sequence_wherever_it_lands(corpus):
+    """One value per completion, signed, chosen by its content: the same in
+    another row, another microbatch, another padded width."""
+    from course_lib.core.data import collate
+
+    ids = [0, 5, 9, 17]
+    alone = [rl_recipes.completion_advantages(collate(corpus, [i])[1]) for i in ids]
+    together = rl_recipes.completion_advantages(collate(corpus, ids[::-1])[1])
+    assert torch.equal(torch.cat(alone), together.flip(0))
+    per_token = rl_recipes.advantages(collate(corpus, ids)[1])
+    labels = collate(corpus, ids)[1]
+    assert torch.equal(per_token == 0, labels == -100), "0 exactly where ignored"
+    values = {float(a) for a in rl_recipes.completion_advantages(
+        collate(corpus, list(range(64)))[1])}
+    assert values <= set(rl_recipes.ADVANTAGE_VALUES) and min(values) < 0 < max(values)
+
+
+def test_the_policy_references_are_the_claimed_objectives(window):
+    """Each claimed objective, by hand, on per-token losses of 1: the weights
+    of A l in the window's loss."""
+    from course_lib.core.objectives import token_weights
+
+    labels = [lb for _, lb in window[0]]
+    rows = sum(int(lb.shape[0]) for lb in labels)
+    n = sum(int((lb != -100).sum()) for lb in labels)
+    adv = [rl_recipes.advantages(lb) for lb in labels]
+    for claim, expected in [
+        ("token_mean", [a / n for a in adv]),
+        ("sequence_sums", [a / rows for a in adv]),
+        ("constant", [a / (rows * rl_recipes.MAX_COMPLETION_LENGTH) for a in adv]),
+        ("sequence_means", [a / (lb != -100).sum(-1, keepdim=True).clamp(min=1) / rows
+                            for a, lb in zip(adv, labels)]),
+    ]:
+        objective = rl_recipes.claim_objective(claim, True, rows)
+        for got, want in zip(token_weights(objective, labels), expected):
+            assert torch.allclose(got, want.double(), rtol=1e-12, atol=0), claim
+    assert rl_recipes.claim_objective("microbatch_means", True, rows) is None
+
+
+def test_row_predictions_follow_the_counts():
+    """The rows' weights, by hand, on a 2-rank window of 2 microbatches."""
+    shape = recipes.WindowShape(
+        [[3, 5], [8, 8]], 4, (2, 2), (((1, 2), (2, 3)), ((4, 4), (5, 3))), ((1, 1), (1, 1)))
+    p = recipes.predict_rows
+    n, first, second = 24, 3 + 8, 5 + 8
+    assert p("generation_tokens", "token_mean", shape, 2) == recipes.Prediction(
+        SCALED, first / (n / 2))
+    assert p("trl_constant", "constant", shape) == recipes.Prediction(EXACT)
+    assert p("trl_constant", "token_mean", shape) == recipes.Prediction(
+        SCALED, n / (8 * rl_recipes.MAX_COMPLETION_LENGTH))
+    assert p("sequence_sums", "token_mean", shape) == recipes.Prediction(SCALED, n / 8)
+    assert p("trl_sequence_means", "sequence_means", shape).verdict == EXACT
+    assert p("trl_sequence_means", "token_mean", shape).verdict == BIASED
+    assert p("microbatch_means", "microbatch_means", shape).verdict == EXACT
+    assert p("llamafactory_v1", "token_mean", shape).verdict == BIASED
+    assert second != first
+    # Where the first table's counts decide too, both ways agree.
+    for objective in ("token_mean", "microbatch_means", "rank_means"):
+        assert p(objective, "token_mean", shape) == recipes.predict(objective, shape)
+
+
+def test_the_installed_trl_loss_is_the_recipes_and_a_wrong_one_is_not():
+    """TRL 1.16.0's real _compute_loss (this .venv's), one process, float64:
+    loss and gradient allclose for every loss type; dropping #6024's factor
+    (GA / steps_per_generation) is caught where steps_per_generation != GA."""
+    pytest.importorskip("trl")
+    from course_lib.frameworks import trl_grpo
+
+    cases = {"dapo/spg=ga": ("dapo", 2, 2), "dapo/spg=2ga": ("dapo", 1, 2),
+             "bnpo": ("bnpo", 2, 2), "grpo": ("grpo", 2, 2), "dr_grpo": ("dr_grpo", 2, 2)}
+    rows = trl_grpo.compare_all(cases)
+    assert [r["status"] for r in rows] == ["run"] * len(cases)
+    assert all(r["loss_allclose"] and r["grad_allclose"] for r in rows), rows
+
+    def before_6024(loss_type, terms, mask, ga, **kw):
+        return rl_recipes.trl_grpo_loss(loss_type, terms, mask, ga,
+                                        **{**kw, "generation_steps": ga})
+
+    wrong = {r["key"].split("/", 1)[1]: r for r in trl_grpo.compare_all(cases, before_6024)}
+    assert not wrong["dapo/spg=2ga"]["loss_allclose"]
+    assert not wrong["dapo/spg=2ga"]["grad_allclose"]
+    assert wrong["dapo/spg=ga"]["grad_allclose"], "the same where spg = GA"
+
+
+def test_the_committed_loss_runs_load_and_back_every_trl_row():
+    runs = recipe_audit.LossRuns.committed()
+    assert runs is not None and runs.command.startswith("python benchmarks/")
+    keys = runs.by_key()
+    for name, r in RECIPES.items():
+        for key in r.loss_runs:
+            assert keys[key].agrees, (name, key)
+    for run in runs.runs:
+        assert (run.status == "run") == (run.loss_trl is not None), run.key
+        assert run.status == "run" or run.reason, run.key
+
+
+@pytest.mark.torchrun
+def test_an_old_report_without_the_claims_still_loads(run):
+    """Reports written before the claims lack their fields: they load."""
+    data = json.loads(report_path(run[0], "recipes").read_text())
+    for row in data["recipes"].values():
+        for key in ("claims", "claimed", "claim_verdict", "claim_factor", "policy"):
+            row.pop(key)
+        for result in row["regimes"].values():
+            result.pop("claim")
+    for info in data["regimes"].values():
+        info.pop("rows")
+    old = RecipesReport.from_dict(data)
+    row = old.recipes["fairseq"]
+    assert row.claims == "token_mean" and row.regimes["skewed"].claim is None
+
+
+@pytest.mark.torchrun
+def test_a_claim_not_as_predicted_is_named(run):
+    """The exit rule reads both verdicts: a claim off its prediction is named."""
+    import dataclasses
+
+    report = RecipesReport.load(run[0])
+    assert recipe_audit.mismatches(report) == []
+    row = report.recipes["trl_grpo_grpo"]
+    skewed = row.regimes["skewed"]
+    off = dataclasses.replace(skewed, claim=dataclasses.replace(skewed.claim, matches=False))
+    row = dataclasses.replace(row, regimes={**row.regimes, "skewed": off}, matches=False)
+    broken = dataclasses.replace(report, recipes={**report.recipes, "trl_grpo_grpo": row})
+    assert recipe_audit.mismatches(broken) == ["trl_grpo_grpo (its claim)"]

@@ -57,12 +57,29 @@ class Verdict:
     def __repr__(self) -> str:
         return self.message
 
+    @property
+    def answered(self) -> bool:
+        return self.message != UNANSWERED
+
     def _repr_html_(self) -> str:
+        if not self.answered:  # no grade and no hint before an answer
+            return f'<i style="color:#777777">{self.message}</i>'
         color = "#1b7837" if self.correct else "#c51b7d"
         return f'<b style="color:{color}">{self.message}</b>'
 
 
 RIGHT = "correct"
+# What a question says before any answer: neither a grade nor a hint.
+UNANSWERED = "your answer here"
+
+
+def _unanswered(given) -> bool:
+    """None, an empty text or an empty selection (a widget left as it came)."""
+    if given is None:
+        return True
+    if isinstance(given, str):
+        return not given.strip()
+    return isinstance(given, (list, tuple, set, frozenset)) and not given
 
 
 def _not_yet(hint: str) -> Verdict:
@@ -108,6 +125,8 @@ def check(question_id: str, given) -> Verdict:
     q = QUESTIONS.get(question_id)
     if q is None:
         raise UnknownQuestion(f"no question {question_id!r}")
+    if _unanswered(given):
+        return Verdict(False, UNANSWERED, question_id)
     try:
         verdict = grade(q, given)
     except FileNotFoundError as missing:  # an answer read from a run not made yet
@@ -153,10 +172,11 @@ def _check_names() -> tuple[str, ...]:
 
 
 def _recipe_names() -> tuple[str, ...]:
-    """Every recipe but the course's own rule."""
+    """Every fine-tuning recipe but the course's own rule (chapter 12 has the RL ones)."""
     from course_lib.steps.recipes import RECIPES
 
-    return tuple(name for name in RECIPES if name != "course_rule")
+    return tuple(name for name, r in RECIPES.items()
+                 if name != "course_rule" and not r.policy)
 
 
 def _exact_recipes() -> list[str]:
@@ -228,19 +248,16 @@ def _candidate_names() -> tuple[str, ...]:
 
 
 @cache
-def _sequence_weight_max(world_size: int = 2) -> float:
-    """The largest token weight x N under the sequence mean, on the parity window."""
-    from course_lib.core import objectives
-    from course_lib.core.data import collate, parity_window
+def _dr_grpo_factor(world_size: int = 2) -> float:
+    """trl_grpo_dr_grpo's scale of the A-weighted token mean, on the parity window."""
     from course_lib.course.api import corpus, load_config
+    from course_lib.jobs.recipes import predicted_on_parity_window
 
     cfg = load_config()
-    data = corpus(cfg)
-    labels = [collate(data, ids)[1] for rank in parity_window(cfg, data, world_size)
-              for ids in rank]
-    n = sum(int((lb >= 0).sum()) for lb in labels)
-    weights = objectives.token_weights(objectives.parse("sequence"), labels)
-    return max(float(w.max()) for w in weights) * n
+    factor = predicted_on_parity_window(cfg, corpus(cfg), world_size)[
+        "trl_grpo_dr_grpo"].factor
+    assert factor is not None  # a constant normalizer: uniformly scaled
+    return factor
 
 
 @cache
@@ -583,10 +600,12 @@ QUESTIONS: dict[str, Question] = {
         "each sequence gets the same total weight, shared among its own tokens",
         rel_tol=1e-9),
     "choose_the_unit.1": Question(
-        "On the parity window, the largest weight x N that the sequence mean gives "
-        "one token?", "number", lambda: _sequence_weight_max(2),
-        "run the cell of the figure, then read the top of the 'sequence' series: "
-        "the shortest sequence's tokens", rel_tol=1e-6),
+        "On the parity window, trl_grpo_dr_grpo's gradient is the advantage-"
+        "weighted token mean's times what factor? Derive it before you read the "
+        "RL table.", "number", lambda: _dr_grpo_factor(2),
+        "both sum A l; one divides by the window's supervised tokens, the other "
+        "by every completion of the window at the maximum completion length",
+        rel_tol=1e-6),
     "choose_the_unit.2": Question(
         "Dr. GRPO's constant: 4 ranks x 2 microbatches x 8 completions, at most 512 "
         "tokens each. Which C must every rank and microbatch use?", "number",

@@ -12,12 +12,19 @@ in-launch checks and then through three windows:
 
 On the first two, each gradient g is compared with the reference g* of the
 token mean: relative error ||g - g*|| / ||g*||, least-squares scale and
-collinearity. ``world_size_invariance`` adds a launch at each other W.
+collinearity; and with the reference of the objective the recipe claims
+(``Recipe.claims``: the sequence-level mean, a constant normalizer...),
+the same way. The RL recipes (``steps.rl_recipes``) weigh each token by a
+synthetic advantage, so their token mean is sum A l / N, and the audit's
+checks (which compare with the plain cross-entropy's token mean) skip them:
+their two verdicts come from this job alone. ``world_size_invariance`` adds a
+launch at each other W.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,16 +35,19 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from course_lib import checks, frameworks
+from course_lib.core import paths
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
+from course_lib.core.files import write_atomically
+from course_lib.core.model import build_model
 from course_lib.core.normalize import EmptyWindowError
 from course_lib.frameworks.candidates import CANDIDATES
-from course_lib.jobs.audit import AuditInputError, audit, parse_checks
+from course_lib.jobs.audit import AuditInputError, audit, parse_checks, with_dtype
 from course_lib.jobs.frameworks import Matrix, MatrixRow
-from course_lib.jobs.kind import JobKind
+from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report, RunHeader
+from course_lib.reports.store import Report, RunHeader, to_json
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import (
     EXACT_TOL,
@@ -52,9 +62,10 @@ from course_lib.steps.recipes import (
     describe_empty,
     empty_outcome,
     matches,
-    predict,
+    predictions,
     window_shape,
 )
+from course_lib.steps.rl_recipes import claim_reference
 
 REGIMES = ("balanced", "skewed")
 
@@ -78,6 +89,7 @@ class RegimeInfo:
     microbatch_tokens: list[list[int]]
     global_tokens: int
     first_label_rows: int  # R: rows whose first label is supervised
+    rows: int = 0  # the window's rows (sequences, completions), every rank's
 
 
 @dataclass(frozen=True)
@@ -86,12 +98,15 @@ class RegimeResult:
 
     relative_error: float | None  # ||g - g*|| / ||g*||
     scale: float | None  # least squares <g, g*> / <g*, g*>
-    residual: float | None  # ||g - scale g*|| / ||g*||: 0 when collinear
+    residual: float | None  # ||g - scale g*|| / ||scale g*||: 0 when collinear
     verdict: str  # exact | biased | uniformly scaled | non-finite
     factor: float | None  # the measured scale, when uniformly scaled
     predicted_verdict: str
     predicted_factor: float | None
     matches: bool
+    # The same, against the reference of the objective the recipe claims
+    # (reports before the claims have none).
+    claim: RegimeResult | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +136,12 @@ class RecipeRow:
     factor: float | None
     relative_error: dict[str, float | None]  # per regime
     empty_window: EmptyWindowResult
-    matches: bool
+    matches: bool  # every verdict, against the token mean and the claim, as predicted
+    claims: str = "token_mean"  # a key of rl_recipes.CLAIMS
+    claimed: str = ""  # what it claims, in words
+    claim_verdict: str = ""  # measured on the skewed window, against the claim
+    claim_factor: float | None = None
+    policy: bool = False  # advantage-weighted (RL): its token mean is sum A l / N
 
 
 @dataclass(frozen=True)
@@ -170,7 +190,7 @@ def predicted_on_parity_window(cfg: Config, corpus: Corpus,
     world = world_size or cfg.train.world_size
     layout = parity_window(cfg, corpus, world)
     shape = window_shape([[collate(corpus, ids) for ids in rank] for rank in layout])
-    return {name: predict(r.objective, shape) for name, r in RECIPES.items()}
+    return {name: predictions(r, shape)[0] for name, r in RECIPES.items()}
 
 
 def _empty_window(ctx: RankContext, recipe: Recipe, layout: harness.Layout):
@@ -190,12 +210,32 @@ def _empty_window(ctx: RankContext, recipe: Recipe, layout: harness.Layout):
     return empty_outcome(False, grads), finite, ""
 
 
-def _regime_result(measured, predicted) -> RegimeResult:
+def _regime_result(measured, predicted, claim: RegimeResult | None = None) -> RegimeResult:
     return RegimeResult(
         relative_error=measured.relative_error, scale=measured.scale,
         residual=measured.residual, verdict=measured.verdict, factor=measured.factor,
         predicted_verdict=predicted.verdict, predicted_factor=predicted.factor,
-        matches=matches(measured, predicted))
+        matches=matches(measured, predicted), claim=claim)
+
+
+# What a reference is of: (claim, advantage-weighted, generation).
+RefKey = tuple[str, bool, int]
+PLAIN_TOKEN_MEAN: RefKey = ("token_mean", False, 1)
+
+
+def _reference_keys(recipe: Recipe) -> tuple[RefKey, RefKey]:
+    """(the token mean's, the claim's) for this recipe."""
+    return ((("token_mean", recipe.policy, recipe.generation)),
+            (recipe.claims, recipe.policy, recipe.generation))
+
+
+def _reference(ctx: RankContext, regime: Regime, key: RefKey):
+    """Rank 0: one process, every rank's microbatches, the claimed objective."""
+    model = build_model(ctx.cfg).to(ctx.device).eval()
+    everything = [harness.microbatches(ctx, regime.layout, r, regime.corpus)
+                  for r in range(ctx.world_size)]
+    claim, policy, generation = key
+    return claim_reference(model, everything, claim, policy, generation).double().cpu()
 
 
 def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
@@ -206,11 +246,17 @@ def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
     shapes = {name: window_shape([harness.microbatches(ctx, r.layout, rank, r.corpus)
                                   for rank in range(ctx.world_size)])
               for name, r in found.items()}
-    refs = {}
+    refs: dict[tuple[str, RefKey], Any] = {}
     if root:
-        refs = {name: (harness.parity_reference(ctx) if name == "skewed" else
-                       harness.window_reference(ctx, r.layout, corpus=r.corpus))
-                for name, r in found.items()}
+        refs = {(name, PLAIN_TOKEN_MEAN): (
+            harness.parity_reference(ctx) if name == "skewed" else
+            harness.window_reference(ctx, r.layout, corpus=r.corpus)).grad
+            for name, r in found.items()}
+        for name, r in found.items():
+            for recipe in (RECIPES[n] for n in spec.recipes):
+                for key in _reference_keys(recipe):
+                    if (name, key) not in refs:
+                        refs[name, key] = _reference(ctx, r, key)
     tol = EXACT_TOL[ctx.cfg.train.dtype]
     rows = {}
     for i, name in enumerate(spec.recipes):
@@ -223,9 +269,12 @@ def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
             step = recipe.step
             out = harness.run_step(ctx, step, harness.fresh_ddp(ctx, step), micro)
             if root:
+                token_key, claim_key = _reference_keys(recipe)
+                token, claimed = predictions(recipe, shapes[regime])
+                claim = _regime_result(classify(out.grads[0], refs[regime, claim_key], tol),
+                                       claimed)
                 results[regime] = _regime_result(
-                    classify(out.grads[0], refs[regime].grad, tol),
-                    predict(recipe.objective, shapes[regime]))
+                    classify(out.grads[0], refs[regime, token_key], tol), token, claim)
         ctx.state.check = "empty window"
         outcome, finite, error = _empty_window(ctx, recipe, ctx.parity_layout())
         ctx.state.check = None
@@ -238,7 +287,8 @@ def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
             description=r.description, local_tokens=shapes[name].local_tokens,
             microbatch_tokens=shapes[name].microbatch_tokens,
             global_tokens=shapes[name].tokens,
-            first_label_rows=shapes[name].first_label_rows) for name, r in found.items()}
+            first_label_rows=shapes[name].first_label_rows,
+            rows=shapes[name].rows) for name, r in found.items()}
         RecipesReport(
             **ctx.header().fields(), checks=[], regimes=info, recipes=rows,
             every_prediction_holds=all(row.matches for row in rows.values())).save(ctx.out)
@@ -261,7 +311,11 @@ def _row(recipe: Recipe, results: dict, outcome: str, finite: bool | None,
         verdict=skewed.verdict, factor=skewed.factor,
         relative_error={k: v.relative_error for k, v in results.items()},
         empty_window=empty,
-        matches=empty.matches and all(v.matches for v in results.values()))
+        matches=empty.matches and all(v.matches and v.claim is not None and v.claim.matches
+                                      for v in results.values()),
+        claims=recipe.claims, claimed=recipe.claimed,
+        claim_verdict=skewed.claim.verdict if skewed.claim else "",
+        claim_factor=skewed.claim.factor if skewed.claim else None, policy=recipe.policy)
 
 
 # --- the parent side ---------------------------------------------------------------------
@@ -280,11 +334,18 @@ def run(cfg: Config, out: Path, check_names: list[str] | str | None = None, *,
     if unknown:
         raise AuditInputError(f"--recipes: unknown recipe {unknown[0]!r} "
                                     f"(choose from {', '.join(RECIPES)})")
-    found = audit(cfg, out, names, check_names, dtype=dtype, step_timeout=step_timeout,
-                  extra_jobs=(RecipesJob(names, step_timeout),), **kw)
+    job = RecipesJob(names, step_timeout)
+    plain = [n for n in names if not RECIPES[n].policy]  # the audit's checks: no RL
+    found = {}
+    if plain:
+        found = audit(cfg, out, plain, check_names, dtype=dtype, step_timeout=step_timeout,
+                      extra_jobs=(job,), **kw)
+    else:
+        launch(with_dtype(cfg, dtype), out, [job], **kw)
     measured = RecipesReport.load(out)
     rows = {name: dataclasses.replace(row, checks={c: r.passed for c, r in
-                                                   found[name].checks.items()})
+                                                   found[name].checks.items()}
+                                      if name in found else {})
             for name, row in measured.recipes.items()}
     report = dataclasses.replace(measured, checks=check_names, recipes=rows)
     report.save(out)
@@ -309,28 +370,54 @@ def empty_text(row: RecipeRow) -> str:
 
 
 def describe(report: RecipesReport) -> str:
-    """The verdict table: one line per recipe, digits that hold on any CPU."""
+    """The verdict table: one line per recipe, digits that hold on any CPU;
+    each verdict against the token mean, then against the recipe's claim."""
     tol = EXACT_TOL.get(report.dtype, EXACT_TOL["float32"])
     lines = [f"Production recipes: {report.world_size} ranks, {report.backend} on "
-             f"{report.device}, {report.dtype}; relative gradient error per window",
-             f"{'recipe':<26} {'verdict (skewed)':<17} {'balanced':>8} {'skewed':>8}  "
-             f"{'empty window':<20} {'fails'}"]
+             f"{report.device}, {report.dtype}; verdicts balanced | skewed, and the "
+             "relative gradient error per window, against the token mean (RL: sum A l / N)",
+             f"{'recipe':<26} {'token mean':<31} {'balanced':>8} {'skewed':>8}  "
+             f"{'claims':<16} {'its claim':<31} {'empty window':<20} {'fails'}"]
     for name, row in report.recipes.items():
         failed = ",".join(c for c, ok in row.checks.items() if not ok) or "-"
+        if row.policy:
+            failed = "n/a (RL)"
         mark = "" if row.matches else "  << not as predicted"
         errors = [error_text(row.relative_error[r], tol) for r in REGIMES]
         lines.append(
-            f"{name:<26} {verdict_text(row.verdict, row.factor):<17} "
-            f"{errors[0]:>8} {errors[1]:>8}  {empty_text(row):<20} {failed}{mark}")
+            f"{name:<26} {verdicts(row, False):<31} {errors[0]:>8} {errors[1]:>8}  "
+            f"{row.claims:<16} {verdicts(row, True):<31} {empty_text(row):<20} "
+            f"{failed}{mark}")
     lines.append(f"every prediction holds: {report.every_prediction_holds}")
     return "\n".join(lines)
 
 
+def mismatches(report: RecipesReport) -> list[str]:
+    """'name (what)' for each row not as predicted: against the token mean,
+    against its claim, or on the empty window."""
+    found = []
+    for name, row in report.recipes.items():
+        what = [label for label, ok in (
+            ("token mean", all(r.matches for r in row.regimes.values())),
+            ("its claim", all(r.claim is not None and r.claim.matches
+                              for r in row.regimes.values())),
+            ("empty window", row.empty_window.matches)) if not ok]
+        if what or not row.matches:
+            found.append(f"{name} ({', '.join(what) or 'row'})")
+    return found
+
+
+def verdicts(row: RecipeRow, claim: bool) -> str:
+    """'balanced | skewed' verdicts, against the token mean or the claim."""
+    found = [row.regimes[r].claim if claim else row.regimes[r] for r in REGIMES]
+    return " | ".join("-" if f is None else verdict_text(f.verdict, f.factor) for f in found)
+
+
 def describe_recipes() -> str:
     """The recipes as the sources describe them: backprop, reduction, claim."""
-    lines = [f"  {'recipe':<26} {'per-microbatch backprop':<38} {'reduction'}"]
+    lines = [f"  {'recipe':<26} {'per-microbatch backprop':<38} {'reduction':<34} claims"]
     for name, r in RECIPES.items():
-        lines.append(f"  {name:<26} {r.backprop:<38} {r.reduction}")
+        lines.append(f"  {name:<26} {r.backprop:<38} {r.reduction:<34} {r.claims}")
     return "\n".join(lines)
 
 
@@ -401,7 +488,95 @@ def real_code(recipe: Recipe, matrix: Matrix) -> RealCode:
 def describe_real(matrix: Matrix | None = None) -> str:
     """Each recipe's real-code line, from the committed version matrix."""
     matrix = matrix or Matrix.committed()
-    lines = [f"Real code, from {Matrix.path().name} ({matrix.date}, torch {matrix.torch}):"]
+    runs = LossRuns.committed()
+    lines = [f"Real code, from {Matrix.path().name} ({matrix.date}, torch {matrix.torch})"
+             f" and {LossRuns.path().name}:"]
     for name, recipe in RECIPES.items():
-        lines.append(f"  {name:<26} {real_code(recipe, matrix).text()}")
+        text = (loss_code_text(recipe, runs) if recipe.loss_runs
+                else real_code(recipe, matrix).text())
+        lines.append(f"  {name:<26} {text}")
     return "\n".join(lines)
+
+
+# --- the real loss: TRL GRPO's _compute_loss against the re-implementation ---------------
+
+
+@dataclass(frozen=True)
+class LossRun:
+    """One TRL version's real ``GRPOTrainer._compute_loss`` for one loss type,
+    on one process, against ``rl_recipes.trl_grpo_loss`` on the same tensors
+    (``benchmarks/trl_grpo_loss.py``): the loss value on TRL's own per-token
+    terms, and the gradient against the recipe's A-weighted cross-entropy."""
+
+    key: str  # entry/loss_type[/case]: what Recipe.loss_runs names
+    entry: str  # the venv's name, e.g. trl-1.16.0
+    loss_type: str
+    accumulation: int  # GA, as current_gradient_accumulation_steps
+    steps_per_generation: int
+    world_size: int  # accelerator.num_processes, as the loss saw it
+    status: str  # "run" or "not run"
+    reason: str = ""  # why not run
+    version: str | None = None  # trl's, as imported
+    entry_point: str = ""  # what was called, and what was applied after it
+    loss_trl: float | None = None
+    loss_mine: float | None = None
+    loss_allclose: bool | None = None
+    grad_max_abs_diff: float | None = None
+    grad_allclose: bool | None = None
+
+    @property
+    def agrees(self) -> bool:
+        return self.status == "run" and bool(self.loss_allclose) and bool(self.grad_allclose)
+
+
+@dataclass(frozen=True)
+class LossRuns(Report):
+    """The committed comparison, ``data/trl-grpo-loss.json``: written by
+    ``benchmarks/trl_grpo_loss.py``, read by the recipes' real-code lines."""
+
+    NAME: ClassVar[str] = "trl-grpo-loss"
+    date: str
+    torch: str
+    command: str
+    dtype: str
+    runs: list[LossRun]
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def path(cls) -> Path:
+        return paths.data_dir() / f"{cls.NAME}.json"
+
+    @classmethod
+    def committed(cls) -> LossRuns | None:
+        """The committed file, or None where it was never written."""
+        found = cls.path()
+        return cls.from_dict(json.loads(found.read_text())) if found.exists() else None
+
+    def write(self) -> Path:
+        return write_atomically(self.path(), to_json(self.to_dict()).encode())
+
+    def by_key(self) -> dict[str, LossRun]:
+        return {r.key: r for r in self.runs}
+
+
+def loss_code_text(recipe: Recipe, runs: LossRuns | None) -> str:
+    """The real-code line of a recipe whose loss function was run (TRL GRPO)."""
+    if runs is None:
+        return f"not run ({LossRuns.path().name} was never written)"
+    found = runs.by_key()
+    mine = [found.get(k) for k in recipe.loss_runs]
+    missing = [k for k, r in zip(recipe.loss_runs, mine, strict=True) if r is None]
+    if missing:
+        return f"not run ({', '.join(missing)}: not in {LossRuns.path().name})"
+    done = [r for r in mine if r is not None and r.status == "run"]
+    if not done:
+        return "not run (" + "; ".join(f"{r.key}: {r.reason}" for r in mine if r) + ")"
+    bad = [r.key for r in done if not r.agrees]
+    where = ", ".join(f"trl {r.version}" for r in done)
+    worst = max(r.grad_max_abs_diff or 0.0 for r in done)
+    if bad:
+        return f"run (loss function, {where}): differs ({', '.join(bad)})"
+    skipped = [r.key for r in mine if r is not None and r.status != "run"]
+    tail = f"; not run: {', '.join(skipped)}" if skipped else ""
+    return (f"run (loss function, {where}): loss and gradient allclose, "
+            f"max |dg| {worst:.1e}{tail}")
