@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import resource
 import shutil
 import tempfile
@@ -27,14 +26,12 @@ import torch
 import torch.distributed as dist
 
 from course_lib import frameworks
-from course_lib.core import paths
-from course_lib.core.files import write_atomically
 from course_lib.frameworks import candidates, models
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report, RunHeader, to_json
+from course_lib.reports.store import Committed, Report, RunHeader
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import BIASED, EXACT, EXACT_TOL, NON_FINITE, SCALED
@@ -132,7 +129,7 @@ class MatrixEntry:
 
 
 @dataclass(frozen=True)
-class Matrix(Report):
+class Matrix(Committed):
     """The committed version matrix: ``benchmarks/frameworks_matrix.py``
     writes it, the recipes table and the chapters read it."""
 
@@ -145,17 +142,6 @@ class Matrix(Report):
     entries: dict[str, MatrixEntry]
     rows: list[MatrixRow]  # every entry's rows, each with its entry's name
     extra: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def path(cls) -> Path:
-        return paths.data_dir() / f"{cls.NAME}.json"
-
-    @classmethod
-    def committed(cls) -> Matrix:
-        return cls.from_dict(json.loads(cls.path().read_text()))
-
-    def write(self) -> Path:
-        return write_atomically(self.path(), to_json(self.to_dict()).encode())
 
     @property
     def measured(self) -> list[MatrixRow]:

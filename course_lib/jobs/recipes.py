@@ -24,7 +24,6 @@ launch at each other W.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,10 +34,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from course_lib import checks, frameworks
-from course_lib.core import paths
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
-from course_lib.core.files import write_atomically
 from course_lib.core.model import build_model
 from course_lib.core.normalize import EmptyWindowError
 from course_lib.frameworks.candidates import CANDIDATES
@@ -47,7 +44,7 @@ from course_lib.jobs.frameworks import Matrix, MatrixRow
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report, RunHeader, to_json
+from course_lib.reports.store import Committed, Report, RunHeader
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import (
     EXACT_TOL,
@@ -530,7 +527,7 @@ class LossRun:
 
 
 @dataclass(frozen=True)
-class LossRuns(Report):
+class LossRuns(Committed):
     """The committed comparison, ``data/trl-grpo-loss.json``: written by
     ``benchmarks/trl_grpo_loss.py``, read by the recipes' real-code lines."""
 
@@ -541,19 +538,6 @@ class LossRuns(Report):
     dtype: str
     runs: list[LossRun]
     extra: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def path(cls) -> Path:
-        return paths.data_dir() / f"{cls.NAME}.json"
-
-    @classmethod
-    def committed(cls) -> LossRuns | None:
-        """The committed file, or None where it was never written."""
-        found = cls.path()
-        return cls.from_dict(json.loads(found.read_text())) if found.exists() else None
-
-    def write(self) -> Path:
-        return write_atomically(self.path(), to_json(self.to_dict()).encode())
 
     def by_key(self) -> dict[str, LossRun]:
         return {r.key: r for r in self.runs}

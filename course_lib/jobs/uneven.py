@@ -88,6 +88,7 @@ def run(cfg: Config, out: Path, specs: list[tuple[str, str]], step_timeout: floa
         job = UnevenJob([spec for spec, _ in todo], min(step_timeout, DEADLINE), objective)
         try:
             launch(cfg, out, [job], world_size=world_size, **kw)
+            return
         except LaunchError as exc:
             if exc.interrupted:
                 raise
@@ -99,8 +100,6 @@ def run(cfg: Config, out: Path, specs: list[tuple[str, str]], step_timeout: floa
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"error": str(exc).splitlines()[0], "rank": exc.rank}))
             todo = todo[len(done) + 1:]
-            continue
-        todo = []
 
 
 def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:

@@ -17,6 +17,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from course_lib.core import paths
 from course_lib.core.files import write_atomically
 
 R = TypeVar("R", bound="Report")
@@ -96,6 +97,26 @@ class Report:
     @classmethod
     def exists(cls, out: Path, name: str | None = None) -> bool:
         return report_path(out, name or cls.NAME).is_file()
+
+
+class Committed(Report):
+    """A report kept in the repository, ``data/<NAME>.json``: a benchmark
+    writes it, the tables and the chapters read it."""
+
+    @classmethod
+    def path(cls) -> Path:
+        return paths.data_dir() / f"{cls.NAME}.json"
+
+    @classmethod
+    def committed(cls: type[R]) -> R:
+        found = paths.data_dir() / f"{cls.NAME}.json"
+        if not found.is_file():
+            raise FileNotFoundError(f"no {found.name} in {found.parent}: its benchmark "
+                                    "writes it")
+        return cls.from_dict(json.loads(found.read_text()))
+
+    def write(self) -> Path:
+        return write_atomically(self.path(), to_json(self.to_dict()).encode())
 
 
 def build(cls: type, data: dict[str, Any]) -> Any:
