@@ -71,3 +71,13 @@ gpu-check: $(STAMP)
 
 clean: $(STAMP)
 	$(BIN)/course-lib clean --scope generated
+
+# docs/: the instructors' worked solutions (from course/quiz.py) and the
+# cheat-sheet (from the bug catalog's report of runs/course, or a run of its own).
+.PHONY: solutions cheatsheet
+
+solutions: $(STAMP)
+	$(BIN)/python -m course_lib.course.solutions
+
+cheatsheet: $(STAMP)
+	$(BIN)/python -m course_lib.course.cheatsheet

@@ -8,9 +8,11 @@ reuses an earlier run's reports), then splits the wall time:
   windows   the work inside the workers: windows, checks, checkpoints
   other     everything else: the parent's reference and evaluation, plots
 
-    python benchmarks/course_time.py [--only 05 07] [--baseline SECONDS]
+    python benchmarks/course_time.py [--only 05 07] [--baseline SECONDS] [--cell-times]
 
 ``--baseline`` prints the total as a ratio of an earlier total.
+``--cell-times`` also writes ``data/cell-times.json``: the seconds of each
+cell that launches a job, which the chapters print before they run it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from course_lib._testing import timing
 from course_lib.core import paths
 from course_lib.course import run_chapters as batch
+from course_lib.course import timings as cell_times
 
 
 def _seconds(a: str, b: str) -> float:
@@ -44,12 +47,29 @@ def startup_seconds(executed: Path) -> float:
     return kernel + (cell or 0.0)
 
 
+def write_cell_times(executed: list[Path]) -> None:
+    import os
+
+    import torch
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    found = cell_times.CellTimes(
+        date=datetime.now().date().isoformat(), cores=os.cpu_count() or 1, device=device,
+        command="python benchmarks/course_time.py --cell-times",
+        seconds=cell_times.measure(executed))
+    print(f"wrote {found.write().name}: {len(found.seconds)} cells")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None, help="chapter prefixes")
     parser.add_argument("--baseline", type=float, default=None,
                         help="an earlier total, in seconds, to print the ratio to")
+    parser.add_argument("--cell-times", action="store_true",
+                        help="write data/cell-times.json (every chapter must run)")
     args = parser.parse_args()
+    if args.cell_times and args.only:
+        parser.error("--cell-times times every chapter: drop --only")
     run_dir = paths.default_out(batch.RUN_NAME)
     shutil.rmtree(run_dir, ignore_errors=True)
     selected = [nb for nb in batch.chapters()
@@ -57,6 +77,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         timings = batch.run_chapters(selected, Path(tmp))
         startup = sum(startup_seconds(Path(tmp) / name) for name, _ in timings)
+        if args.cell_times:
+            write_cell_times([Path(tmp) / name for name, _ in timings])
     phases = timing.launch_phases(run_dir)
     total = sum(s for _, s in timings)
     launch_cost = sum(p.agent + p.startup + p.teardown for p in phases)

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "check": "course_lib.course.quiz:check",
     "widgets": "course_lib.course.widgets",
     "plots": "course_lib.course.plots",
+    "expect": "course_lib.course.timings:expect",
     # 01 the mean of means, 02 the token explorer
     "arithmetic": "course_lib.core.arithmetic",
     "counter_example": "course_lib.core.arithmetic:counter_example",

@@ -8,6 +8,7 @@ from course_lib.core import objectives
 from course_lib.core.data import IGNORE_INDEX
 from course_lib.core.model import loss_sum
 from course_lib.core.objectives import ObjectiveError, parse, window_loss
+from course_lib.course import quiz
 from course_lib.jobs import audit as audits
 from course_lib.jobs.audit import AuditReport, BugsReport
 from course_lib.steps.objectives import CATALOGS
@@ -184,3 +185,15 @@ def test_each_objective_catches_its_bugs_and_passes_its_design(tmp_path, cfg, ob
     audit = AuditReport.load(tmp_path, AuditReport.file_name("objective_global"))
     assert audit.objective == objective and audit.kind == "correct"
     assert AuditReport.load(tmp_path, AuditReport.file_name("global_token")).kind == "bug"
+
+
+@pytest.mark.torchrun
+@pytest.mark.usefixtures("no_worker_left_behind")
+def test_a_small_auxiliary_term_hides_inside_one_gradients_rounding(tmp_path, cfg):
+    """At PaLM's strength in float32, parity cannot see the z-loss bug: only the
+    checks that look further (updates, uneven microbatches) do."""
+    found = audits.audit(cfg, tmp_path, ["zloss_mean_per_microbatch"], objective="zloss:0.0001",
+                         timeout=300)
+    failed = [c for c, r in found["zloss_mean_per_microbatch"].checks.items() if not r.passed]
+    assert failed == ["trajectory", "uneven_microbatches"]
+    assert set(quiz.QUESTIONS["choose_the_unit.3"].expected()) == set(failed)

@@ -1,6 +1,5 @@
 """Graded questions: right answers pass, wrong ones get a hint, nothing leaks."""
 
-import math
 import re
 
 import pytest
@@ -113,23 +112,37 @@ def test_unknown_question():
         quiz.check("nope.1", 1)
 
 
+def _first(kind):
+    return next(k for k, q in sorted(STATIC.items()) if q.kind == kind)
+
+
+def _answer(w, qid, given):
+    """Type ``given`` into the widget's input for ``qid``, as a learner would."""
+    box = w.inputs[qid]
+    if quiz.QUESTIONS[qid].kind == "number":
+        box.value = str(given)
+    elif quiz.QUESTIONS[qid].kind == "choice":
+        box.value = given
+    else:
+        picked = {str(x).lower() for x in given}
+        for child in box.children:
+            child.value = child.description.lower() in picked
+
+
 def test_quiz_widget_grades_without_showing_the_answer():
-    w = widgets.Quiz("mean_of_means.predict_mom", "global_denominator.3",
-                     "bug_lab.predict_count_never_reset")
-    number, choice, choices = (w.inputs[q] for q in w.ids)
-    number.value = "2.5"
-    choice.value = "backward only"
-    choices.children[0].value = True  # parity
+    ids = [_first("number"), _first("choice"), _first("choices")]
+    w = widgets.Quiz(*ids)
+    w.check()  # nothing answered yet: no grade, no hint
+    assert all(">your answer here<" in w.verdicts[q].value for q in ids)
+    for qid in ids:
+        _answer(w, qid, _wrong(STATIC[qid]))
     w.check()
     for qid in w.ids:
         html = w.verdicts[qid].value
         assert "not yet" in html and "correct" not in html
         assert not w.results[qid].correct
-    number.value = "2"
-    choice.value = "forward and backward"
-    choices.children[0].value = False
-    next(c for c in choices.children if c.description == "trajectory").value = True
+    for qid in ids:
+        _answer(w, qid, _right(STATIC[qid]))
     w.check()
     assert all(v.correct for v in w.results.values())
     assert all(">correct<" in w.verdicts[q].value for q in w.ids)
-    assert math.isclose(quiz.QUESTIONS["evaluation.1"].expected(), math.log(32))

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# The token explorer's ranks: rank 0 and 1 give the 12/36 counter-example;
+# the others are there when the learner raises W.
+DEFAULT_TOKENS = (12, 36, 24, 48, 8, 60, 16, 30)
+DEFAULT_LOSSES = (1.0, 3.0, 2.0, 1.5, 2.5, 0.5, 3.5, 1.0)
+
 
 def mean_of_means(loss_sums: Sequence[float], counts: Sequence[int]) -> float:
     """Average each rank's mean, then average the ranks: every rank weighs 1/W."""

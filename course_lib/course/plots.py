@@ -15,6 +15,7 @@ from matplotlib.patches import Rectangle
 from course_lib.core.data import Corpus
 from course_lib.course.style import COLORS, LABELS, rank_color
 from course_lib.reports import logs
+from course_lib.reports.numbers import TINY, err_bound
 
 if TYPE_CHECKING:
     from course_lib.course.api import EvaluationReport
@@ -102,7 +103,8 @@ def parity_envelope(report: ParityReport) -> Figure:
     for mode in _modes(report):
         err = [abs(a - b) for a, b in zip(sample[mode], sample["reference"], strict=True)]
         exact = sum(e == 0 for e in err)
-        label = LABELS[mode] + (f" ({exact} exactly 0, drawn at {ZERO_AT:g})"
+        label = LABELS[mode] + (f" ({exact} of {len(err):,} exactly 0, drawn at "
+                                f"{ZERO_AT:g})"
                                 if exact else "")
         ax.scatter(ref, [max(e, ZERO_AT) for e in err], s=4, color=COLORS[mode],
                    label=label)
@@ -113,7 +115,8 @@ def parity_envelope(report: ParityReport) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("|reference component|")
     ax.set_ylabel("|DDP - reference|")
-    ax.set_title("A component passes when its point lies under the envelope")
+    ax.set_title(f"{len(ref):,} of {report.compared_values:,} components sampled:\n"
+                 "a component passes when its point lies under the envelope")
     ax.legend(frameon=False, loc="upper left")
     return fig
 
@@ -201,18 +204,21 @@ def exercise(report: ExerciseReport) -> Figure:
     left.legend(frameon=False, fontsize=8)
     for offset, key in ((-0.2, "mean_of_means"), (0.2, "global_token")):
         errs = [getattr(sc.gradients, key).max_abs_err for sc in report.scenarios]
-        right.bar([i + offset for i in x], [max(e, ZERO_AT) for e in errs], width=0.4,
+        right.bar([i + offset for i in x],
+                  [ZERO_AT if e < TINY else e for e in errs], width=0.4,
                   color=COLORS[key])
         for i, e in zip(x, errs, strict=True):
-            if e == 0:
-                right.text(i + offset, ZERO_AT * 2, "exactly 0", rotation=90,
+            if e < TINY:  # rounding level: written as the chapter prints it
+                right.text(i + offset, ZERO_AT * 2, err_bound(e), rotation=90,
                            ha="center", va="bottom", fontsize=8)
+    # Not the pass line: a component passes when |err| <= atol + rtol * |ref|.
     right.axhline(report.atol, color=COLORS["tolerance"], lw=2,
-                  label="atol")
+                  label=f"atol = {report.atol:g}; the threshold:\n"
+                        f"atol + {report.rtol:g}·|ref|")
     right.set_yscale("log")
     right.set_xticks(list(x), names)
     right.set_ylabel("max |DDP - reference| gradient")
-    right.legend(frameon=False, fontsize=8)
+    right.legend(frameon=False, fontsize=8, loc="center left")
     return fig
 
 

@@ -3,7 +3,7 @@
 A notebook asks by id and never holds the answer::
 
     from course_lib.course.quiz import check
-    check("mean_of_means.1", 1.25)
+    check("mean_of_means.1", 1.2)
 
 ``check`` answers "correct", or "not yet" with a hint that never gives the
 answer away. Answers that depend on a run are read from the chapters' run
@@ -211,18 +211,14 @@ def _exact_configurations() -> list[str]:
     return found
 
 
-def _disagreeing_versions() -> str:
-    from course_lib.jobs.frameworks import RANKS_DISAGREE, Matrix
+def _default_flag_formula(version: str, model: str) -> str:
+    """What the table of readings says a Trainer of ``version`` trains when
+    the config leaves average_tokens_across_devices at its default."""
+    from course_lib.frameworks.expected import expected
 
-    found = {r.version for r in Matrix.committed().measured if r.verdict == RANKS_DISAGREE}
-    return ",".join(sorted(v for v in found if v))
-
-
-def _matrix_versions() -> tuple[str, ...]:
-    from course_lib.jobs.frameworks import Matrix
-
-    return tuple(dict.fromkeys(r.version for r in Matrix.committed().rows
-                               if r.framework == "hf" and r.version))
+    formula = expected("hf", version, model, {})
+    assert formula is not None  # a version with a formula, not 4.46.2
+    return formula
 
 
 def _counts(report):
@@ -234,11 +230,6 @@ def _rank0_weight(report) -> float:
     """N / (W N_0): how much more a rank-0 token weighs in a mean of rank means."""
     c = _counts(report)
     return c.N / (len(c.N_r) * c.N_r[0])
-
-
-def _shift_factor(report) -> float:
-    c = _counts(report)
-    return c.N / (c.N + c.R)
 
 
 def _candidate_names() -> tuple[str, ...]:
@@ -290,7 +281,7 @@ def _documents(width: int, world_size: int = 2) -> int:
 
 @cache
 def _avg_tokens_factor(world_size: int) -> float:
-    """HF 4.46.2-5.9's scale N / (N + R) on the parity window at this W."""
+    """HF 4.46.3-5.9's scale N / (N + R), flag on, on the parity window at this W."""
     from course_lib.course.api import corpus, load_config
     from course_lib.jobs.recipes import predicted_on_parity_window
 
@@ -311,6 +302,51 @@ def _plan_tokens(step: int) -> int:
     return sum(len(data.sequences[i]) - 1 for rank in window for mb in rank for i in mb)
 
 
+def _explorer_bias(world_size: int) -> float:
+    """The token explorer's bias (mean of means - global) with its default
+    counts and losses for the first ``world_size`` ranks."""
+    from course_lib.core import arithmetic
+    from course_lib.core.arithmetic import DEFAULT_LOSSES, DEFAULT_TOKENS
+
+    counts = list(DEFAULT_TOKENS[:world_size])
+    sums = [n * x for n, x in zip(counts, DEFAULT_LOSSES, strict=False)]
+    return arithmetic.mean_of_means(sums, counts) - arithmetic.global_mean(sums, counts)
+
+
+def _targets_for_optimum(theta: float, others: int = 36) -> float:
+    """How many +1 targets rank 0 needs, beside ``others`` targets -1 on rank 1,
+    for the global mean's gradient to vanish at ``theta``: there theta is the
+    token-weighted mean of the targets, (n - others) / (n + others)."""
+    return others * (1 + theta) / (1 - theta)
+
+
+def _plan_token_ratio() -> float:
+    """Rank 1's supervised tokens over rank 0's, summed over the whole plan."""
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    plan = make_plan(cfg, data, 2)
+    per_rank = [sum(len(data.sequences[i]) - 1 for window in plan
+                    for mb in window[r] for i in mb) for r in (0, 1)]
+    return per_rank[1] / per_rank[0]
+
+
+def _length_count_factor(step: int) -> float:
+    """The gradient's scale on window ``step`` when N counts len(sequence)
+    instead of the supervised positions (len - 1): N / (N + sequences)."""
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    window = make_plan(cfg, data, cfg.train.world_size)[step]
+    ids = [i for rank in window for mb in rank for i in mb]
+    right = sum(len(data.sequences[i]) - 1 for i in ids)
+    return right / (right + len(ids))
+
+
 def _masked_tokens(prompt: int) -> int:
     from course_lib.core.data import IGNORE_INDEX, collate, make_plan
     from course_lib.core.model import count_tokens
@@ -322,6 +358,130 @@ def _masked_tokens(prompt: int) -> int:
     _, labels = collate(data, ids)
     labels[:, :prompt] = IGNORE_INDEX
     return int(count_tokens(labels))
+
+
+# 09 exercise: the scenarios of configs/exercise.yaml, and the modes it runs.
+_EXERCISE_PAIRS = ("balanced/global_token", "balanced/mean_of_means",
+                   "skewed/global_token", "skewed/mean_of_means")
+# exercise.2's run: rank 1 one token above rank 0, written under runs/course/.
+_ONE_OFF = "exercise-12-13"
+
+
+def _exercise_counts() -> tuple[dict[str, tuple[int, ...]], tuple[float, ...]]:
+    from course_lib.course.api import load_config
+
+    ex = load_config(paths.config_path("exercise")).exercise
+    assert ex is not None  # configs/exercise.yaml has an exercise section
+    return {sc.name: tuple(sc.tokens) for sc in ex.scenarios}, tuple(ex.per_token_loss)
+
+
+def _exercise_mean(scenario: str, scheme: str) -> float:
+    """The hand example's mean of one scenario, from the config."""
+    from course_lib.core import arithmetic
+
+    counts, losses = _exercise_counts()
+    tokens = counts[scenario]
+    sums = [n * x for n, x in zip(tokens, losses, strict=True)]
+    if scheme == "global":
+        return arithmetic.global_mean(sums, tokens)
+    return arithmetic.mean_of_means(sums, tokens)
+
+
+def _exercise_exact() -> list[str]:
+    """The scenario/mode pairs whose token weights are the global 1/N on
+    every rank: the gradients that can match the reference."""
+    from course_lib.core import arithmetic
+
+    exact = []
+    for name, tokens in _exercise_counts()[0].items():
+        right = arithmetic.token_weights(tokens, "global")
+        for mode, scheme in (("global_token", "global"),
+                             ("mean_of_means", "mean_of_means")):
+            weights = arithmetic.token_weights(tokens, scheme)
+            if all(math.isclose(w, r) for w, r in zip(weights, right, strict=True)):
+                exact.append(f"{name}/{mode}")
+    return exact
+
+
+def _exercise_verdict(folder: str, mode: str) -> str:
+    """'yes' when the run in runs/course/<folder> passed the gradient check
+    in ``mode`` (its first scenario)."""
+    from course_lib.jobs.exercise import ExerciseReport
+
+    out = paths.default_out("course") / folder
+    if not ExerciseReport.exists(out):
+        raise FileNotFoundError(f"run the exercise's cell first: no {folder} "
+                                "report yet")
+    scenario = ExerciseReport.load(out).scenarios[0]
+    return "yes" if getattr(scenario.gradients, mode).allclose else "no"
+
+
+def _empty_rank_fraction() -> float:
+    """13 adapting, only rank 0 holding tokens (N = N_0): a rank-0 token
+    weighs 1 / (W N_0) in the mean of means, 1 / N in the token mean: the
+    ratio is 1 / W, W the chapter's world size."""
+    from course_lib.course.api import load_config
+
+    return 1 / load_config().train.world_size
+
+
+def _rank0_vs_rule(local_tokens: list[int]) -> str:
+    """05: a rank-0 token's weight under the mean of means, N / (W N_0), vs 1."""
+    ratio = sum(local_tokens) / (len(local_tokens) * local_tokens[0])
+    return "the same" if math.isclose(ratio, 1.0) else "more" if ratio > 1 else "less"
+
+
+@cache
+def _window_tokens(world_size: int) -> tuple[int, int]:
+    """05, 06: the parity window at this W, as (targets N, sequences R)."""
+    from course_lib.core.data import parity_window
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    ids = [i for rank in parity_window(cfg, data, world_size) for mb in rank for i in mb]
+    return sum(len(data.sequences[i]) - 1 for i in ids), len(ids)
+
+
+def _atol_to_pass(report) -> float:
+    """05: the smallest atol, at the report's rtol, under which every sampled
+    mean-of-means component passes allclose."""
+    s = report.grad_sample
+    return max(abs(m - r) - report.rtol * abs(r)
+               for m, r in zip(s["mean_of_means"], s["reference"], strict=True))
+
+
+def _shift_scale(world_size: int) -> float:
+    """06: length_before_shift's uniform scale N / (N + R) on the parity window."""
+    n, r = _window_tokens(world_size)
+    return n / (n + r)
+
+
+def _reseeded_window(update: int) -> Callable[[Any], int]:
+    """07: the window (from 0) the re-seeded sampler draws for ``update``; the
+    report counts windows from 1."""
+    def get(r) -> int:
+        first = r.ablations["sampler_from_seed"].first_window_after_resume - 1
+        return first + update - (r.resumed_from_step + 1)
+    return get
+
+
+FLOOR_GAP_BANDS = ("under 0.1 nat", "0.1 to 0.5 nat", "over 0.5 nat")
+
+
+def _floor_gap_band(gap: float) -> str:
+    """08: the band of FLOOR_GAP_BANDS that holds the trained model's gap."""
+    return FLOOR_GAP_BANDS[0] if gap < 0.1 else FLOOR_GAP_BANDS[1] if gap <= 0.5 \
+        else FLOOR_GAP_BANDS[2]
+
+
+@cache
+def _test_targets(count: int) -> int:
+    """08: the next-token targets of the first ``count`` test sequences."""
+    from course_lib.course.api import corpus, load_config
+
+    data = corpus(load_config())
+    return sum(len(data.sequences[i]) - 1 for i in data.splits["test"][:count])
 
 
 # --- the questions, keyed by the chapter's slug (05_ddp_parity -> ddp_parity) ---------
@@ -336,15 +496,16 @@ QUESTIONS: dict[str, Question] = {
         "Same ranks: the mean over all 48 tokens?", "number", 2.5,
         "add every token's loss, then divide by every token"),
     "mean_of_means.1": Question(
-        "Rank 0 holds 20 tokens of loss 2, rank 1 holds 60 tokens of loss 1. "
-        "The global token mean?", "number", 1.25,
-        "total loss over total tokens: (20 * 2 + 60 * 1) / (20 + 60)"),
+        "Rank 0 holds 20 tokens of loss 2, rank 1 holds 80 tokens of loss 1. "
+        "The global token mean?", "number", 1.2,
+        "every token counts once, whichever rank holds it: what do all the "
+        "tokens' losses average to?"),
     "mean_of_means.2": Question(
         "Same ranks: what does the mean of means report?", "number", 1.5,
         "each rank's mean first, then the mean of those"),
     "mean_of_means.3": Question(
         "Same ranks: under the mean of means, how many times heavier is a "
-        "rank-0 token than a rank-1 token?", "number", 3.0,
+        "rank-0 token than a rank-1 token?", "number", 4.0,
         "a token of rank r weighs 1 / (W * N_r)"),
     "mean_of_means.4": Question(
         "Run arithmetic.token_weights([5, 45], 'mean_of_means'): what does one "
@@ -358,20 +519,35 @@ QUESTIONS: dict[str, Question] = {
         "At which theta is the global gradient zero?", "number", -0.5,
         "the token-weighted average of the targets: 12 of +1, 36 of -1"),
     "token_explorer.1": Question(
-        "W = 4 ranks with 10 tokens each, any losses: the bias "
-        "(mean of means - global mean)?", "number", 0.0,
-        "what do balanced counts do to the weights?"),
+        "From the start position (12 tokens of loss 1, 36 of loss 3), raise W "
+        "to 3: rank 2 comes in with 24 tokens of loss 2. Predict the bias "
+        "(mean of means - global mean), then move the slider to check.",
+        "number", lambda: _explorer_bias(3),
+        "the mean of means weighs the three ranks alike; the global mean "
+        "weighs each by its share of the tokens"),
     "token_explorer.2": Question(
         "Set tokens to [12, 36] and swap the losses to [3, 1] in the explorer. "
         "The bias (mean of means - global mean)?", "number", 0.5,
-        "read the readout, or compute (3 + 1) / 2 - (36 + 36) / 48"),
+        "the mean of means does not see the swap; the global mean now gives "
+        "the low loss three times the say of the high one"),
     "token_explorer.3": Question(
         "Theta example with 12 targets on each rank: where is the global "
         "gradient zero?", "number", 0.0, "balanced counts: both objectives agree"),
     "token_explorer.4": Question(
-        "Two objectives report the same loss. Must their gradients agree?",
-        "choice", "no", "look at theta = 0 in the explorer", options=("yes", "no")),
+        "Theta example, rank 1 keeps its 36 targets -1: how many targets +1 "
+        "must rank 0 hold for the global gradient to vanish at theta = -0.2? "
+        "Derive it, then check with widgets.ThetaExplorer(counts=(n, 36)).",
+        "number", lambda: _targets_for_optimum(-0.2),
+        "where the global gradient vanishes, theta is the token-weighted "
+        "average of the targets"),
     # 03 data and plan
+    "data_and_plan.predict_ratio": Question(
+        "Both ranks draw the same number of sequences per window, rank 0 from "
+        "lengths 16-64 and rank 1 from 65-128. Over the whole plan, how many "
+        "times as many supervised tokens as rank 0 does rank 1 hold? (within "
+        "10% counts)", "number", _plan_token_ratio,
+        "same number of sequences on both ranks: compare a typical length "
+        "of each band", rel_tol=0.1),
     "data_and_plan.1": Question(
         "A sequence of 50 tokens: how many supervised next-token positions?",
         "number", 49, "the first token is never a target"),
@@ -380,9 +556,12 @@ QUESTIONS: dict[str, Question] = {
         "many label cells does it have?", "number", 87,
         "rows times the widest row's number of targets"),
     "data_and_plan.3": Question(
-        "The reference tutorial counts len(tokens) per sequence. Here, by how "
-        "many tokens per sequence would that overcount N?", "number", 1,
-        "compare a sequence's length with its number of targets"),
+        "Suppose N counted len(sequence) per sequence instead of its supervised "
+        "positions. On step 0's window (both ranks), by what factor would "
+        "every gradient be scaled? Compute it from the plan.", "number",
+        lambda: _length_count_factor(0),
+        "the loss sums do not change, only N does; how many sequences "
+        "does the window hold?"),
     "data_and_plan.4": Question(
         "Run window_tokens on plan[3] for every rank: what is N for step 3?",
         "number", lambda: _plan_tokens(3), "sum the two ranks' counts"),
@@ -393,15 +572,19 @@ QUESTIONS: dict[str, Question] = {
         "N already covers both microbatches: what does dividing again do?"),
     "global_denominator.1": Question(
         "W = 4 ranks and N = 400 tokens in the window: by what factor does "
-        "each rank multiply its loss sum S_r?", "number", 0.01, "W / N"),
+        "each rank multiply its loss sum S_r?", "number", 0.01,
+        "the factor undoes DDP's average over ranks, then divides by the "
+        "window's count"),
     "global_denominator.2": Question(
         "3 microbatches per window and an extra / accumulation: what fraction "
         "of the right gradient do you get?", "number", 1 / 3,
         "the direction is right; only the length changes"),
     "global_denominator.3": Question(
-        "What must no_sync() wrap for every microbatch but the last?", "choice",
-        "forward and backward", "DDP arms its reduction hooks during forward",
-        options=("forward only", "backward only", "forward and backward")),
+        "A window of 4 microbatches. A rank runs every forward outside "
+        "no_sync(), and the backwards of the first 3 inside it. How many of "
+        "the 4 backwards synchronise the gradients across ranks?", "number", 4,
+        "where does DDP prepare its reduction, and where does each forward "
+        "run?"),
     "global_denominator.4": Question(
         "Run ddp_average('global_token', extra_divisor=4): the ratio "
         "|trap| / |reference|?", "number", 0.25, "print trap.norm() / ref.norm()",
@@ -412,16 +595,30 @@ QUESTIONS: dict[str, Question] = {
         "pass? Read it from the report.", "number",
         _from("course_lib.jobs.parity:ParityReport", lambda p: p.control_mode.max_abs_err),
         "with rtol = 0 every component needs |err| <= atol", rel_tol=0.05),
+    "ddp_parity.predict": Question(
+        "Rank 0 holds the window's short sequences, rank 1 its long ones. Under "
+        "the mean of means, does a rank-0 token weigh more, less or the same as "
+        "under the token rule?", "choice",
+        _from("course_lib.jobs.parity:ParityReport",
+              lambda p: _rank0_vs_rule(p.local_tokens)),
+        "a rank's mean divides by its own count: is rank 0's count above or "
+        "below an even share of N?", options=("more", "less", "the same")),
     "ddp_parity.2": Question(
-        "How many gradient components does the parity check compare?", "number",
-        112_480, "the model's parameter count"),
+        "Launch the by-hand script with --nproc-per-node=3: how many tokens N "
+        "does its parity window hold?", "number", lambda: _window_tokens(3)[0],
+        "every rank takes its own share of the window: read what the script "
+        "prints"),
     "ddp_parity.3": Question(
         "With no_sync() around the backward only, would parity fail?", "choice",
         "no", "averaging is linear: what changes is when ranks talk",
         options=("yes", "no")),
     "ddp_parity.4": Question(
-        "atol 1e-6, rtol 1e-4, |ref| = 0.5: the largest |err| allowed?", "number",
-        5.1e-5, "atol + rtol * |ref|"),
+        "Keep rtol = 1e-4 and raise atol only: on the components sampled in "
+        "report.grad_sample, the smallest atol that lets the mean of means "
+        "pass?", "number",
+        _from("course_lib.jobs.parity:ParityReport", _atol_to_pass),
+        "solve the allclose inequality for atol, one component at a time: the "
+        "worst component decides", rel_tol=0.05),
     # 06 the bug lab
     "bug_lab.predict_no_sync_backward_only": Question(
         "no_sync() around the backward only: which checks catch it?", "choices",
@@ -434,13 +631,15 @@ QUESTIONS: dict[str, Question] = {
         options=_check_names),
     "bug_lab.predict_forgot_world_size": Question(
         "W forgotten (each rank backprops S_r / N): which checks catch it?",
-        "choices", ("parity", "trajectory", "world_size_invariance"),
+        "choices", _from("course_lib.jobs.audit:BugsReport",
+                         lambda b: tuple(b.steps["forgot_world_size"].caught_by)),
         "a uniform 1/W: which comparisons see a change of scale, and which "
         "compare layouts at the same W?", options=_check_names),
     "bug_lab.1": Question(
-        "The parity window holds N = 2283 tokens in 32 sequences. Counting "
-        "lengths before the shift scales the gradient by N / (N + R): by how "
-        "much?", "number", 2283 / 2315, "R is one per sequence", rel_tol=1e-4),
+        "At W = 4 the parity window holds other sequences. Read it with "
+        "parity_window(cfg, corpus, 4): by what factor does length_before_shift "
+        "scale the gradient there?", "number", lambda: _shift_scale(4),
+        "the same count as in the chapter, on the W = 4 window", rel_tol=1e-4),
     "bug_lab.2": Question(
         "Why does mean_of_means pass accumulation_invariance?", "choice",
         "whole-window count",
@@ -452,71 +651,108 @@ QUESTIONS: dict[str, Question] = {
         "write it with %%writefile and run course_lib.audit on it",
         options=_check_names),
     "bug_lab.4": Question(
-        "How many torchrun launches does world_size_invariance need?", "number",
-        3, "one per world size it compares"),
+        "Suppose world_size_invariance also compared W = 8, and two steps in "
+        "the middle of the catalog deadlocked on uneven microbatches: how many "
+        "torchrun launches would course_lib.bugs make at W = 2?", "number", 7,
+        "which jobs share the first launch, which world sizes need their own, "
+        "and what must happen after a launch dies on a deadlock?"),
     # 07 checkpoint and resume
     "checkpoint_resume.predict": Question(
         "Which ablations change the parameters at step 100?", "choices",
         ("weights_only", "no_optimizer_state", "sampler_from_seed", "no_rng_state"),
-        "think of momentum, the windows drawn and the dropout masks",
+        "for each piece, ask whether the updates after step 50 read it",
         options=("weights_only", "no_optimizer_state", "sampler_from_seed",
                  "no_rng_state")),
     "checkpoint_resume.1": Question(
-        "Max |param diff| at step 100 between the resumed and continuous runs?",
-        "number", 0.0, "not small: exact", abs_tol=0.0),
+        "Set the model's dropout to 0 (dataclasses.replace on cfg.model), then "
+        "run stop_and_continuous and resume_check in a scratch folder: which "
+        "ablations still change the parameters at step 100?", "choices",
+        ("weights_only", "no_optimizer_state", "sampler_from_seed"),
+        "which piece of state did only the dropout masks read?",
+        options=("weights_only", "no_optimizer_state", "sampler_from_seed",
+                 "no_rng_state")),
     "checkpoint_resume.2": Question(
-        "Read the report: which window does the sampler_from_seed ablation "
-        "draw first after resuming at step 50?", "number",
-        _from("course_lib.jobs.resume:ResumeReport",
-              lambda r: r.ablations["sampler_from_seed"].first_window_after_resume),
-        "look at ablations.sampler_from_seed in resume.json"),
+        "Counting windows from 0: which window does the sampler_from_seed "
+        "ablation draw for update 80 (the continuous run draws window 79)?",
+        "number", _from("course_lib.jobs.resume:ResumeReport", _reseeded_window(80)),
+        "a re-seeded sampler starts its sequence over at the resume: count the "
+        "updates since then"),
     "checkpoint_resume.3": Question(
-        "How many rank-RR.pt files does a checkpoint of a 4-rank run hold?",
-        "number", 4, "one per rank: each has its own RNG states"),
+        "A checkpoint of an 8-rank run: how many files does its folder hold?",
+        "number", 12, "which files are written once per checkpoint, and which "
+        "once per rank?"),
     "checkpoint_resume.4": Question(
-        "Which file of a checkpoint is written last?", "choice", "manifest.json",
-        "the one that vouches for the others",
-        options=("model.pt", "optimizer.pt", "trainer.json", "manifest.json")),
+        "Copy step-0025 and step-0050 of the run's checkpoints/ into "
+        "scratch/checkpoints/, then cut the copy of step-0050's optimizer.pt "
+        "to half its size. Which checkpoint does "
+        "checkpoint.latest_valid(scratch) return?", "choice", "step-0025",
+        "what does the manifest vouch for, and what does latest_valid do when "
+        "the newest checkpoint fails?",
+        options=("step-0025", "step-0050", "none")),
     # 08 evaluation
+    "evaluation.predict": Question(
+        "After 100 updates, how far above the entropy floor will the trained "
+        "model's test loss sit?", "choice",
+        _from("course_lib.course.api:EvaluationReport",
+              lambda e: _floor_gap_band(e.above_floor_by)),
+        "a small model, a first-order source and 100 SGD updates: how much of "
+        "the gap from the untrained loss can it close?", options=FLOOR_GAP_BANDS),
     "evaluation.1": Question(
-        "The loss per token of a uniform guess over 32 symbols, in nats?",
-        "number", math.log(32), "log of the vocabulary size", rel_tol=1e-3),
+        "If every transition row of the source were uniform over the 32 "
+        "symbols, what would its entropy floor be, in nats per token?", "number",
+        math.log(32), "the floor averages each row's entropy over the states",
+        rel_tol=1e-3),
     "evaluation.2": Question(
         "Read evaluation.json: how many nats above the entropy floor is the "
         "trained model?", "number",
         _from("course_lib.course.api:EvaluationReport", lambda e: e.above_floor_by),
         "loss per token minus the floor", rel_tol=0.02),
     "evaluation.3": Question(
-        "256 sequences total 17,227 tokens: how many next-token targets?",
-        "number", 16_971, "one fewer target than tokens, per sequence"),
+        "Count them from the corpus: how many next-token targets do the first "
+        "128 test sequences hold (corpus.splits['test'][:128])?", "number",
+        lambda: _test_targets(128),
+        "a sequence's targets are its tokens after the first"),
     "evaluation.4": Question(
         "On a large test set, can a model's loss sit well below the entropy "
         "floor?", "choice", "no", "what does the floor bound?",
         options=("yes", "no")),
     # 09 the exercise
     "exercise.predict_mom": Question(
-        "W = 3: ranks hold 12, 36 and 12 tokens with losses 1, 3 and 2 per "
-        "token. The mean of means?", "number", 2.0,
+        "The skewed scenario (12 and 36 tokens, losses 1 and 3 per token): the "
+        "mean of means?", "number",
+        lambda: _exercise_mean("skewed", "mean_of_means"),
         "one mean per rank, then their average"),
     "exercise.predict_global": Question(
-        "Same three ranks: the global token mean?", "number", 2.4,
-        "(12 * 1 + 36 * 3 + 12 * 2) / 60"),
+        "Same scenario: the global token mean?", "number",
+        lambda: _exercise_mean("skewed", "global"),
+        "every token counts once: which rank holds most of them?"),
+    "exercise.predict_pass": Question(
+        "Which of the four gradients will match the single-process reference "
+        "(scenario/mode)?", "choices", lambda: _exercise_exact(),
+        "a mode is exact when it gives every token the same weight, 1 / N: "
+        "what does each rank's count do to a token's weight in each mode?",
+        options=_EXERCISE_PAIRS),
     "exercise.predict_change": Question(
         "Rank 1 goes from 12 to 36 tokens. In W * S_r / N, what changes?",
         "choice", "change N", "count the ranks, then the tokens",
         options=("change W", "change N", "divide again")),
     "exercise.1": Question(
         "Rank 1 grows to 60 tokens (rank 0 keeps 12; losses 1 and 3). The "
-        "global mean?", "number", 192 / 72, "(12 * 1 + 60 * 3) / 72"),
+        "global mean?", "number", 192 / 72,
+        "weigh each rank's per-token loss by its share of all the tokens"),
     "exercise.2": Question(
-        "Read exercise.json: the skewed scenario's mean_of_means max |err|?",
-        "number",
-        _from("course_lib.jobs.exercise:ExerciseReport",
-              lambda x: x.scenario("skewed").gradients.mean_of_means.max_abs_err),
-        "scenarios -> skewed -> gradients -> mean_of_means", rel_tol=0.05),
+        "Run the exercise with rank 1 at 13 tokens, one more than rank 0: "
+        "does the mean of means pass the gradient check?", "choice",
+        lambda: _exercise_verdict(_ONE_OFF, "mean_of_means"),
+        "the check forgives rounding, not a change of weight: do a token's "
+        "two weights still agree when the counts differ by one?",
+        options=("yes", "no")),
     "exercise.3": Question(
-        "With balanced counts, does the mean of means pass the gradient check?",
-        "choice", "yes", "balanced counts make every rank weigh the same",
+        "Both ranks hold the same two microbatches, of 12 and 36 tokens. A step "
+        "that divides each microbatch's sum by its own count: does it pass "
+        "the gradient check?", "choice", "no",
+        "equal ranks are not equal microbatches: what does a token of the "
+        "short microbatch weigh next to one of the long one?",
         options=("yes", "no")),
     # 10 production recipes
     "production_recipes.predict": Question(
@@ -528,8 +764,8 @@ QUESTIONS: dict[str, Question] = {
         options=_recipe_names),
     "production_recipes.1": Question(
         "64 unmasked rows of 512 tokens (511 labels each after the shift): by "
-        "what factor does HF 4.46.2-5.9 with average_tokens_across_devices "
-        "scale the gradient?", "number", 511 / 512,
+        "what factor does HF 4.46.3-5.9 with average_tokens_across_devices "
+        "on scale the gradient?", "number", 511 / 512,
         "N' counts the labels before the shift and the loss uses them after "
         "it: how many labels does each row lose? The factor is N / N'.",
         rel_tol=1e-6),
@@ -569,22 +805,26 @@ QUESTIONS: dict[str, Question] = {
         "The model class matters on transformers >= 5.10.1.",
         options=tuple(AUDITED)),
     "framework_audit.1": Question(
-        "Read the live run's counts: by what factor does a Trainer that counts "
-        "the labels before the shift scale the gradient on this window?",
-        "number", _from("course_lib.jobs.frameworks:FrameworksReport", _shift_factor),
-        "each row whose first label is supervised adds one label the loss never "
-        "sees: the factor is N / N'", rel_tol=1e-6),
+        "16 rows over 2 ranks: 10 start with a masked prompt, 6 are supervised "
+        "from their first label; after the shift the loss uses N = 1,200 "
+        "labels. By what factor does a GPT-2 on transformers >= 5.10.1, with "
+        "the flag on, scale the gradient?", "number", 1200 / 1206,
+        "which rows hand the count a label that the shifted loss never uses?",
+        rel_tol=1e-6),
     "framework_audit.2": Question(
         "With average_tokens_across_devices off, a Llama trains the mean of rank "
         "means: how many times the token mean's weight does each of rank 0's "
         "tokens get?", "number",
         _from("course_lib.jobs.frameworks:FrameworksReport", _rank0_weight),
-        "a token of rank r weighs 1 / (W N_r) instead of 1 / N: take the "
-        "ratio, with N and N_r from the report's counts", rel_tol=1e-6),
+        "compare what one rank-0 token weighs in each objective: who divides "
+        "by the rank's own count, who by the window's?", rel_tol=1e-6),
     "framework_audit.3": Question(
-        "Which transformers version in the matrix leaves the ranks holding "
-        "different gradients?", "choice", lambda: _disagreeing_versions(),
-        "find the rows whose verdict is 'ranks disagree'", options=_matrix_versions),
+        "A Llama on transformers 4.50, a version the matrix never ran; the "
+        "config leaves average_tokens_across_devices at its default. Which "
+        "formula does the gradient match?", "choice",
+        lambda: _default_flag_formula("4.50.0", "llama"),
+        "first: what was the flag's default before 4.54? Then: does 4.50 "
+        "count the labels before or after the shift?", options=_candidate_names),
     "framework_audit.4": Question(
         "Audit the Trainer whose compute_loss returns the model's mean loss "
         "(make_mean_trainer): which formula does its gradient match?", "choice",
@@ -612,9 +852,10 @@ QUESTIONS: dict[str, Question] = {
         4 * 2 * 8 * 512, "C is the whole optimizer step's batch, in completions, "
         "times the maximum completion length", rel_tol=1e-9),
     "choose_the_unit.3": Question(
-        "Which check catches penalty_every_microbatch but not penalty_on_rank_zero?",
-        "choice", "accumulation_invariance",
-        "run the l2 bug catalog, then compare the two rows' failed checks",
+        "At PaLM's strength, zloss:0.0001, in float32: which checks catch "
+        "zloss_mean_per_microbatch?", "choices", ("trajectory", "uneven_microbatches"),
+        "audit it with objective='zloss:0.0001' and every check; a small term "
+        "hides inside one gradient's rounding: which checks look further?",
         options=_check_names),
     "choose_the_unit.4": Question(
         "With a token budget of 256 padded tokens instead of 384, how many "
@@ -628,16 +869,25 @@ QUESTIONS: dict[str, Question] = {
         "collate the window with packing_of(cfg, 128) and count the "
         "documents of every microbatch with objectives.documents", rel_tol=0),
     # 13 adapting
+    "adapting.predict_empty": Question(
+        "Two ranks; rank 1's window holds no supervised token, rank 0's does. "
+        "The mean of means' gradient is what fraction of the right one?",
+        "number", lambda: _empty_rank_fraction(),
+        "what does rank 1 hand to DDP's average, and what does the token mean "
+        "divide by when rank 1 has no token?"),
     "adapting.1": Question(
         "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "
-        "per-token mean?", "number", 1.25, "(10 * 2 + 30 * 1) / 40"),
+        "per-token mean?", "number", 1.25,
+        "each document weighs as many times as it has tokens"),
     "adapting.2": Question(
         "Same documents: the per-sequence mean?", "number", 1.5,
         "one mean per document, then their average"),
     "adapting.3": Question(
-        "W = 2 with rank 1 empty: the mean of means' gradient is what fraction "
-        "of the right one?", "number", 0.5, "the empty rank adds a zero to "
-        "DDP's average"),
+        "W = 3: rank 2's window is empty, ranks 0 and 1 hold the same number "
+        "of tokens. The mean of means' gradient is what fraction of the right "
+        "one?", "number", 2 / 3,
+        "DDP still averages over every rank, the empty one included; the "
+        "token mean divides by the tokens only"),
     "adapting.4": Question(
         "Set prompt_tokens = 20 in section 2 and re-run it: what does "
         "model.count_tokens give?", "number", lambda: _masked_tokens(20),

@@ -27,10 +27,7 @@ from course_lib.course.style import COLORS, LABELS, rank_color
 MAX_RANKS = 8
 MAX_TOKENS = 128
 MAX_LOSS = 5.0
-# Defaults: rank 0 and 1 give the 12/36 counter-example; the others are
-# there when the learner raises W.
-DEFAULT_TOKENS = (12, 36, 24, 48, 8, 60, 16, 30)
-DEFAULT_LOSSES = (1.0, 3.0, 2.0, 1.5, 2.5, 0.5, 3.5, 1.0)
+DEFAULT_TOKENS, DEFAULT_LOSSES = arithmetic.DEFAULT_TOKENS, arithmetic.DEFAULT_LOSSES
 THETA_RANGE = (-2.0, 2.0)
 BIAS_COLOR = "#e08214"
 
@@ -235,6 +232,10 @@ class TokenExplorer(_Displayable):
             shown = None if r < world else "none"
             for box in (row, self.tokens[r], self.losses[r]):
                 box.layout.display = shown
+        # The figure first, the numbers after: each value goes to the browser
+        # as soon as it is set, and rendering the PNG takes a tenth of a
+        # second, so numbers set first would run ahead of the plot.
+        self._draw(st)
         mom, glob, bias = st["mean_of_means"], st["global_mean"], st["bias"]
         self.mom_readout.value = _readout(f"mean of means: {fmt4(mom)}",
                                           COLORS["mean_of_means"])
@@ -247,7 +248,6 @@ class TokenExplorer(_Displayable):
             f"under the global mean every token weighs 1/N = "
             f"1/{st['global_tokens']}."
         )
-        self._draw(st)
         return st
 
     def _draw(self, st: dict) -> None:
@@ -334,17 +334,17 @@ class ThetaExplorer(_Displayable):
     def update(self) -> dict:
         st = theta_state(self.theta.value, self.counts, self.targets)
         self.state = st
-        self.loss_readout.value = _pair_readout("loss", st["loss_mean_of_means"],
-                                                st["loss_global"])
-        self.grad_readout.value = _pair_readout("gradient", st["grad_mean_of_means"],
-                                                st["grad_global"])
         t = st["theta"]
         for kind in ("loss", "grad"):
             for key in ("mean_of_means", "global"):
                 self.markers[kind, key].set_data([t], [st[f"{kind}_{key}"]])
         for line in self.vlines:
             line.set_xdata([t, t])
-        self.image.value = _png(self.fig)
+        self.image.value = _png(self.fig)  # before the numbers, as in TokenExplorer
+        self.loss_readout.value = _pair_readout("loss", st["loss_mean_of_means"],
+                                                st["loss_global"])
+        self.grad_readout.value = _pair_readout("gradient", st["grad_mean_of_means"],
+                                                st["grad_global"])
         return st
 
 

@@ -2,7 +2,9 @@
 
 1. Chapter 02: run all cells, move one rank's token slider with the keyboard,
    and check that the global mean on the page is exactly what
-   ``course_lib.core.arithmetic.global_mean`` gives for the values now shown.
+   ``course_lib.core.arithmetic.global_mean`` gives for the values now shown,
+   and that the plot shown is the one drawn for those values (its PNG, byte
+   for byte), before and after the move.
 2. Chapter 05: opened without running, its committed outputs render,
    figures included.
 3. Chapter 01: a graded prediction: a wrong value gets a hint, the right one
@@ -13,6 +15,7 @@ Screenshots go to ``runs/screenshots/``.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -23,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from course_lib.core.arithmetic import global_mean, mean_of_means
+from course_lib.course.widgets import TokenExplorer
 
 pytestmark = pytest.mark.browser
 
@@ -124,15 +128,45 @@ def _number(text: str) -> str:
     return found[0]
 
 
+# The bytes of the explorer's figure as the page shows it: null while the
+# image is still loading (a new src not decoded yet) or its blob is gone.
+SHOWN_PNG = """async (shown) => {
+    let img = document.querySelector(shown + ' .course-token-figure');
+    if (img && img.tagName !== 'IMG') img = img.querySelector('img');
+    if (!img || !img.complete || !img.naturalWidth) return null;
+    try {
+        const bytes = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+        let s = '';
+        for (let i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+        return btoa(s);
+    } catch (e) { return null; }
+}"""
+
+
+def _shown_png(page) -> bytes | None:
+    shown = page.evaluate(SHOWN_PNG, SHOWN)
+    return None if shown is None else base64.b64decode(shown)
+
+
+def _expected_png(page, counts: list[int]) -> bytes:
+    """The figure the explorer draws for the sliders now shown, drawn here by
+    a fresh explorer (same code, same matplotlib: the same bytes)."""
+    losses = [float(_readout(page, f"course-loss-r{r}")) for r in range(len(counts))]
+    return TokenExplorer(counts, losses, len(counts)).image.value
+
+
 def _consistent_state(page, timeout: float = UPDATE_TIMEOUT_S):
-    """Poll until the readouts agree with the sliders shown (the kernel answers
-    asynchronously); fail with the last state seen."""
+    """Poll until the readouts and the plot agree with the sliders shown (the
+    kernel answers asynchronously, and the plot arrives as its own message);
+    return the last state seen, with whether the plot agreed."""
     deadline = time.monotonic() + timeout
     while True:
         sums, counts, gm, mm = _shown_values(page)
         expected = (_fmt4(global_mean(sums, counts)), _fmt4(mean_of_means(sums, counts)))
-        if (_number(gm), _number(mm)) == expected or time.monotonic() > deadline:
-            return sums, counts, gm, mm, expected
+        numbers_agree = (_number(gm), _number(mm)) == expected
+        plot_agrees = numbers_agree and _shown_png(page) == _expected_png(page, counts)
+        if plot_agrees or time.monotonic() > deadline:
+            return sums, counts, gm, mm, expected, plot_agrees
         page.wait_for_timeout(200)  # polling interval only
 
 
@@ -145,10 +179,11 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
     handle = page.locator(f"{SHOWN} .course-tokens-r1 .noUi-handle").first
     handle.wait_for(state="visible", timeout=RUN_ALL_TIMEOUT_MS)
     page.locator(f"{SHOWN} .course-global-mean").first.wait_for(state="visible")
-    sums0, counts0, gm0, _, expected0 = _consistent_state(page)
+    sums0, counts0, gm0, _, expected0, plot0 = _consistent_state(page)
     assert _number(gm0) == expected0[0], (
         f"before any change the page shows {gm0!r}, expected {expected0[0]} "
         f"for loss sums {sums0} and counts {counts0}")
+    assert plot0, f"before any change the plot is not the one for counts {counts0}"
     handle.scroll_into_view_if_needed()
     page.screenshot(path=str(screenshots / "02_token_explorer-before.png"))
 
@@ -162,7 +197,7 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
         arg=[f"{SHOWN} .course-tokens-r1 .widget-readout", str(counts0[1])], polling=100,
         timeout=30_000)
 
-    sums1, counts1, gm1, mm1, expected1 = _consistent_state(page)
+    sums1, counts1, gm1, mm1, expected1, plot1 = _consistent_state(page)
     page.screenshot(path=str(screenshots / "02_token_explorer-after.png"))
     assert counts1[1] != counts0[1], "rank 1's token count did not move"
     assert counts1[:1] == counts0[:1] and counts1[2:] == counts0[2:], "another rank moved"
@@ -170,6 +205,8 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
         f"page shows {gm1!r}; global_mean({sums1}, {counts1}) = {expected1[0]}")
     assert _number(mm1) == expected1[1], (
         f"page shows {mm1!r}; mean_of_means({sums1}, {counts1}) = {expected1[1]}")
+    assert plot1, (f"the numbers say counts {counts1} and global mean {gm1!r}, "
+                   f"but the plot shown is not the one drawn for them")
     assert _number(gm1) != _number(gm0), "the global mean did not change"
     assert "global mean" in gm1.lower()
 

@@ -1,0 +1,245 @@
+"""The one-page cheat-sheet: the rule, five traps, and the checks that catch each.
+
+``python -m course_lib.course.cheatsheet`` (``make cheatsheet``) reads the
+bug catalog's report of the course's run (``runs/course/reports/bugs.json``,
+written by chapter 06), or runs the catalog itself into ``runs/cheatsheet``
+when that run is absent, then writes:
+
+- ``docs/cheatsheet-bugs.json``: the report it read, committed, so that the
+  sheet can be rebuilt and tested without a run;
+- ``docs/cheatsheet.md`` and ``docs/cheatsheet.png``: the sheet, whose
+  "caught by" columns come from that report, never typed in.
+
+``--snapshot`` rebuilds the two from the committed report, without a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from course_lib.core import objectives, paths
+from course_lib.course.style import COLORS
+from course_lib.jobs.audit import BugsReport
+from course_lib.reports.store import to_json
+
+RUN_NAME = "course"  # the chapters' run, where chapter 06 writes bugs.json
+OWN_RUN = "cheatsheet"  # where the sheet runs the catalog when that run is absent
+
+
+@dataclass(frozen=True)
+class Trap:
+    title: str
+    what: str  # what the code does wrong
+    steps: tuple[str, ...]  # its built-in steps (course_lib/steps/catalog.py)
+
+
+TRAPS = (
+    Trap("The local count", "N taken on this rank only, without the all_reduce "
+         "(the mean of means: the same weights, W times smaller)",
+         ("local_count", "mean_of_means")),
+    Trap("A mean per microbatch", "each microbatch divided by its own count, or "
+         "the window's N divided again by the accumulation steps",
+         ("per_microbatch_mean", "extra_accumulation_division")),
+    Trap("W forgotten", "each rank backprops S_r / N, and DDP's mean divides by "
+         "W once more", ("forgot_world_size",)),
+    Trap("The wrong tokens counted", "padding counted in N, or the length L "
+         "counted before the label shift (L - 1 targets)",
+         ("padding_counted", "length_before_shift")),
+    Trap("no_sync() around the backward only", "DDP arms its hooks in the "
+         "forward, so every microbatch syncs", ("no_sync_backward_only",)),
+)
+CONTROL = "global_token"  # the rule itself: caught by nothing
+
+RULE = """\
+1. **Count first.** N = the supervised tokens (labels not -100, after the
+   shift) of the whole accumulation window, summed over the ranks by one
+   `all_reduce`: every rank holds the same N.
+2. **Scale the sum.** Each rank backprops `W * S_r / N`, where S_r is the
+   *sum* of its token losses over the window; DDP's mean over the W ranks
+   then leaves the gradient of `sum_r S_r / N`, the mean over all tokens.
+3. **Sync once.** `model.no_sync()` wraps the forward *and* the backward of
+   every microbatch but the last."""
+
+CODE = """\
+n = sum((labels != -100).sum() for _, labels in microbatches)
+dist.all_reduce(n)  # N, the same on every rank
+for i, (inputs, labels) in enumerate(microbatches):
+    last = i == len(microbatches) - 1
+    with contextlib.nullcontext() if last else model.no_sync():
+        s = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(),
+                            ignore_index=-100, reduction="sum")
+        (s * world_size / n).backward()"""
+
+
+def snapshot_path() -> Path:
+    return paths.project_root() / "docs" / "cheatsheet-bugs.json"
+
+
+def markdown_path() -> Path:
+    return paths.project_root() / "docs" / "cheatsheet.md"
+
+
+def png_path() -> Path:
+    return paths.project_root() / "docs" / "cheatsheet.png"
+
+
+def committed() -> BugsReport:
+    return BugsReport.from_dict(json.loads(snapshot_path().read_text()))
+
+
+def measure() -> tuple[BugsReport, str]:
+    """The course's bug catalog (token mean), and where it came from."""
+    course = paths.default_out(RUN_NAME)
+    if BugsReport.exists(course):
+        found = BugsReport.load(course)
+        if found.objective == objectives.DEFAULT:
+            return found, f"runs/{RUN_NAME}/reports/bugs.json (chapter 06's run)"
+    from course_lib.course.api import load_config
+    from course_lib.jobs.audit import bugs
+
+    return bugs(load_config(), paths.default_out(OWN_RUN)), \
+        f"runs/{OWN_RUN}/reports/bugs.json (run now)"
+
+
+def _caught(report: BugsReport, step: str) -> str:
+    found = report.steps[step].caught_by
+    return ", ".join(f"`{c}`" for c in found) if found else "nothing"
+
+
+def _which_check(report: BugsReport) -> list[str]:
+    """What parity alone catches among the traps, and what catches the rest."""
+    steps = [s for t in TRAPS for s in t.steps]
+    missed = [s for s in steps if "parity" not in report.steps[s].caught_by]
+    lines = [f"- `parity`, one window against the single-process reference, catches "
+             f"{len(steps) - len(missed)} of these {len(steps)} steps."]
+    for step in missed:
+        lines.append(f"- `{step}` passes parity (its gradient is right); caught by "
+                     f"{_caught(report, step)}.")
+    late = [s for s, row in report.steps.items()
+            if row.caught_by and set(row.caught_by) <= {"trajectory"}]
+    for step in late:
+        lines.append(f"- Beyond the five, `{step}` shows only after an update: caught "
+                     f"by {_caught(report, step)} alone.")
+    return lines
+
+
+def markdown(report: BugsReport) -> str:
+    """The sheet, from a bugs report."""
+    lines = [
+        "# Cheat-sheet: token-weighted gradients under DDP", "",
+        "Generated by `make cheatsheet` (`python -m course_lib.course.cheatsheet`); "
+        "the PNG is [cheatsheet.png](cheatsheet.png). Terms: "
+        "[glossary](glossary.md).", "",
+        "## The rule", "", RULE, "", "```python", CODE, "```", "",
+        "## Five traps, and the checks that catch them", "",
+        "Measured, not typed: each step of the bug catalog "
+        "(`course_lib/steps/catalog.py`) through every check of "
+        f"`course-lib bugs`, on {report.world_size} ranks, {report.backend} on "
+        f"{report.device}, {report.dtype}, torch {report.torch}. A check that "
+        "catches a trap fails on it.", "",
+        "| trap | what goes wrong | built-in step | caught by |",
+        "|---|---|---|---|",
+    ]
+    for trap in TRAPS:
+        for i, step in enumerate(trap.steps):
+            head = (f"**{trap.title}**", trap.what) if i == 0 else ("", "")
+            lines.append(f"| {head[0]} | {head[1]} | `{step}` | {_caught(report, step)} |")
+    lines.append(f"| the rule | (the control) | `{CONTROL}` | {_caught(report, CONTROL)} |")
+    lines += [
+        "", "## Which check to run", "", *_which_check(report),
+        "", "Every bug of the catalog caught: "
+        f"{report.every_bug_caught}; no correct design flagged: "
+        f"{report.no_false_alarm}.", "",
+        "Run them on your own step: `course-lib audit --step my_step.py:my_step`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def figure(report: BugsReport) -> Figure:
+    """The sheet as one figure: the rule on top, the traps x checks below."""
+    rows = [(f"{n}. {t.title}: " if i == 0 else "", s)
+            for n, t in enumerate(TRAPS, 1) for i, s in enumerate(t.steps)]
+    rows.append(("the rule (control): ", CONTROL))
+    checks = report.checks
+    fig = Figure(figsize=(9.0, 7.6))
+    fig.text(0.03, 0.97, "Token-weighted gradients under DDP: the rule",
+             fontsize=13, weight="bold", va="top")
+    rule = ("1. count first: N = the supervised tokens of the whole window, "
+            "all_reduce'd over the ranks\n"
+            "2. each rank backprops  W · S_r / N   (S_r: the SUM of its token "
+            "losses over the window)\n"
+            "3. no_sync() around the forward AND the backward of every "
+            "microbatch but the last")
+    fig.text(0.03, 0.915, rule, fontsize=9.5, va="top", linespacing=1.5,
+             color=COLORS["global_token"])
+    fig.text(0.05, 0.79, CODE, fontsize=8, va="top", family="monospace",
+             color=COLORS["reference"])
+    fig.text(0.03, 0.60, "Five traps, and the checks that catch them",
+             fontsize=11, weight="bold", va="top")
+    ax = fig.add_axes((0.40, 0.08, 0.58, 0.42))
+    for i, (_, step) in enumerate(rows):
+        row = report.steps[step]
+        for j, check in enumerate(checks):
+            passed = row.checks[check]
+            ax.add_patch(Rectangle(
+                (j, i), 1, 1, edgecolor="white", lw=2,
+                facecolor=COLORS["global_token" if passed else "mean_of_means"]))
+            ax.text(j + 0.5, i + 0.5, "pass" if passed else "CAUGHT",
+                    ha="center", va="center", color="white", fontsize=6.5)
+    ax.set_xlim(0, len(checks))
+    ax.set_ylim(len(rows), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(checks))],
+                  [c.replace("_", "\n") for c in checks], fontsize=7)
+    ax.xaxis.tick_top()
+    ax.set_yticks([i + 0.5 for i in range(len(rows))],
+                  [f"{t}{s}" for t, s in rows], fontsize=7.5)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.text(0.03, 0.02, "Magenta: the check fails on the step, so it catches the "
+             f"trap. Measured by course-lib bugs: {report.world_size} ranks, "
+             f"{report.backend} on {report.device}, {report.dtype}.", fontsize=8)
+    return fig
+
+
+def write(report: BugsReport, *, snapshot: bool = True) -> list[Path]:
+    """The sheet's files; with ``snapshot``, the report it was made from too."""
+    written = []
+    if snapshot:
+        snapshot_path().parent.mkdir(parents=True, exist_ok=True)
+        snapshot_path().write_text(to_json(report.to_dict()))
+        written.append(snapshot_path())
+    markdown_path().write_text(markdown(report))
+    figure(report).savefig(png_path(), dpi=110)
+    return [*written, markdown_path(), png_path()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--snapshot", action="store_true",
+                        help="rebuild from docs/cheatsheet-bugs.json, without a run")
+    args = parser.parse_args(argv)
+    if args.snapshot:
+        report, source = committed(), "docs/cheatsheet-bugs.json (committed)"
+    else:
+        report, source = measure()
+    print(f"bugs report: {source}")
+    for trap in TRAPS:
+        for step in trap.steps:
+            print(f"  {step:<28} caught by {', '.join(report.steps[step].caught_by)}")
+    root = paths.project_root()
+    for path in write(report, snapshot=not args.snapshot):
+        print(f"wrote {path.relative_to(root)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""docs/: the worked solutions and the cheat-sheet are what their generators write now.
+
+Both generators are deterministic without a run: the solutions hide the
+chapters' run while they are written, and the cheat-sheet is rebuilt from
+its committed bugs report (docs/cheatsheet-bugs.json).
+"""
+
+import json
+import re
+
+import pytest
+
+from course_lib.course import cheatsheet, quiz, solutions
+from course_lib.jobs.audit import BugsReport
+from tests.conftest import ROOT
+
+DOCS = ROOT / "docs"
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_question_has_a_reasoning():
+    missing = sorted(set(quiz.QUESTIONS) - set(solutions.REASONING))
+    assert not missing, f"no reasoning in course/solutions.py for {missing}"
+
+
+def test_no_reasoning_for_a_question_that_is_gone():
+    stale = sorted(set(solutions.REASONING) - set(quiz.QUESTIONS))
+    assert not stale, f"reasoning for questions that no longer exist: {stale}"
+
+
+def test_reasonings_are_short():
+    for qid, why in solutions.REASONING.items():
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+", why.strip()) if s]
+        assert why.strip() and len(sentences) <= 3, f"{qid}: 1-3 sentences"
+
+
+def test_the_committed_solutions_are_the_generators_output(tmp_path):
+    out = tmp_path / "solutions.md"
+    solutions.main(["--out", str(out)])
+    assert (DOCS / "solutions.md").read_text() == out.read_text(), (
+        "docs/solutions.md is stale: run `make solutions`")
+
+
+def test_the_solutions_never_read_the_run():
+    """The document is the same with or without runs/course."""
+    text = solutions.render()
+    assert "/runs/" not in text and "runs/course/" not in text
+
+
+# an import statement that names solutions, or a dynamic import of it
+IMPORTS = re.compile(r"^\s*(from|import)\s.*\bsolutions\b|import_module\(.*solutions",
+                     re.MULTILINE)
+
+
+def test_no_chapter_imports_the_solutions():
+    for path in CHAPTERS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                assert not IMPORTS.search("".join(cell["source"])), (
+                    f"{path.name} imports the worked solutions")
+
+
+def test_the_committed_cheatsheet_is_the_generators_output():
+    report = cheatsheet.committed()
+    assert (DOCS / "cheatsheet.md").read_text() == cheatsheet.markdown(report), (
+        "docs/cheatsheet.md is stale: run `make cheatsheet`")
+
+
+def test_the_cheatsheet_png_is_a_png():
+    data = (DOCS / "cheatsheet.png").read_bytes()
+    assert data.startswith(PNG) and len(data) > 10_000
+
+
+def test_the_cheatsheet_names_built_in_steps_and_every_trap_is_caught():
+    from course_lib.steps.catalog import BUILTIN
+
+    report = cheatsheet.committed()
+    assert len(cheatsheet.TRAPS) == 5
+    for trap in cheatsheet.TRAPS:
+        for step in trap.steps:
+            assert BUILTIN[step].kind == "bug", step
+            assert report.steps[step].caught_by, f"{step}: caught by nothing"
+    assert not report.steps[cheatsheet.CONTROL].caught_by
+
+
+def test_the_cheatsheet_agrees_with_the_courses_run():
+    """When chapter 06 has written runs/course/reports/bugs.json, its verdicts
+    are the committed sheet's (the catalog is deterministic)."""
+    out = ROOT / "runs" / cheatsheet.RUN_NAME
+    if not BugsReport.exists(out):
+        pytest.skip("no runs/course/reports/bugs.json: chapter 06 has not run here")
+    run = BugsReport.load(out)
+    if run.objective != cheatsheet.objectives.DEFAULT:
+        pytest.skip(f"the course's bugs report is of objective {run.objective}")
+    committed = cheatsheet.committed()
+    for trap in cheatsheet.TRAPS:
+        for step in (*trap.steps, cheatsheet.CONTROL):
+            assert run.steps[step].caught_by == committed.steps[step].caught_by, (
+                f"{step}: the run disagrees with docs/cheatsheet-bugs.json: "
+                "run `make cheatsheet`")
+
+
+def test_the_docs_are_linked():
+    readme = (ROOT / "README.md").read_text()
+    setup = (ROOT / "notebooks" / "00_setup.ipynb").read_text()
+    for name in ("glossary.md", "cheatsheet.md", "solutions.md"):
+        assert (DOCS / name).is_file()
+        assert f"docs/{name}" in readme, f"README.md does not link docs/{name}"
+    for name in ("glossary.md", "cheatsheet.md"):
+        assert f"../docs/{name}" in setup, f"00_setup does not link docs/{name}"
