@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from course_lib.core import objectives, paths
+from course_lib.course import plots
 from course_lib.course.style import COLORS
 from course_lib.jobs.audit import BugsReport
 from course_lib.reports.store import to_json
@@ -168,7 +168,6 @@ def figure(report: BugsReport) -> Figure:
     rows = [(f"{n}. {t.title}: " if i == 0 else "", s)
             for n, t in enumerate(TRAPS, 1) for i, s in enumerate(t.steps)]
     rows.append(("the rule (control): ", CONTROL))
-    checks = report.checks
     fig = Figure(figsize=(9.0, 7.6))
     fig.text(0.03, 0.97, "Token-weighted gradients under DDP: the rule",
              fontsize=13, weight="bold", va="top")
@@ -185,25 +184,9 @@ def figure(report: BugsReport) -> Figure:
     fig.text(0.03, 0.60, "Five traps, and the checks that catch them",
              fontsize=11, weight="bold", va="top")
     ax = fig.add_axes((0.40, 0.08, 0.58, 0.42))
-    for i, (_, step) in enumerate(rows):
-        row = report.steps[step]
-        for j, check in enumerate(checks):
-            passed = row.checks[check]
-            ax.add_patch(Rectangle(
-                (j, i), 1, 1, edgecolor="white", lw=2,
-                facecolor=COLORS["global_token" if passed else "mean_of_means"]))
-            ax.text(j + 0.5, i + 0.5, "pass" if passed else "CAUGHT",
-                    ha="center", va="center", color="white", fontsize=6.5)
-    ax.set_xlim(0, len(checks))
-    ax.set_ylim(len(rows), 0)
-    ax.set_xticks([j + 0.5 for j in range(len(checks))],
-                  [c.replace("_", "\n") for c in checks], fontsize=7)
-    ax.xaxis.tick_top()
-    ax.set_yticks([i + 0.5 for i in range(len(rows))],
-                  [f"{t}{s}" for t, s in rows], fontsize=7.5)
-    ax.tick_params(length=0)
-    for side in ax.spines.values():
-        side.set_visible(False)
+    plots.check_grid(ax, report, [step for _, step in rows],
+                     [f"{t}{s}" for t, s in rows],
+                     lambda row, check, passed: "pass" if passed else "CAUGHT", fontsize=7)
     fig.text(0.03, 0.02, "Magenta: the check fails on the step, so it catches the "
              f"trap. Measured by course-lib bugs: {report.world_size} ranks, "
              f"{report.backend} on {report.device}, {report.dtype}.", fontsize=8)

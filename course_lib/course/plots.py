@@ -222,32 +222,42 @@ def exercise(report: ExerciseReport) -> Figure:
     return fig
 
 
-def bug_matrix(report: BugsReport) -> Figure:
-    """Steps x checks: green passes, magenta fails; each cell shows its error."""
-    names, checks = list(report.steps), report.checks
-    fig = Figure(figsize=(WIDTH, 0.42 * len(names) + 1.6), layout="constrained")
-    ax = fig.subplots()
-    for i, name in enumerate(names):
+def check_grid(ax, report: BugsReport, steps: list[str], labels: list[str],
+               text, fontsize: float = 8) -> None:
+    """The steps x checks grid on ``ax``: green passes, magenta fails;
+    ``text(row, check, passed)`` writes each cell, ``labels`` each row."""
+    checks = report.checks
+    for i, name in enumerate(steps):
         row = report.steps[name]
         for j, check in enumerate(checks):
             passed = row.checks[check]
             ax.add_patch(Rectangle((j, i), 1, 1, edgecolor="white", lw=2,
                                    facecolor=COLORS["global_token" if passed
                                                     else "mean_of_means"]))
-            err = row.max_abs_err.get(check)
-            text = ("pass" if passed else "FAIL") if err is None else _short(err)
-            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center",
-                    color="white", fontsize=8)
+            ax.text(j + 0.5, i + 0.5, text(row, check, passed), ha="center",
+                    va="center", color="white", fontsize=fontsize)
     ax.set_xlim(0, len(checks))
-    ax.set_ylim(len(names), 0)
+    ax.set_ylim(len(steps), 0)
     ax.set_xticks([j + 0.5 for j in range(len(checks))],
-                  [c.replace("_", "\n") for c in checks], fontsize=8)
+                  [c.replace("_", "\n") for c in checks], fontsize=fontsize)
     ax.xaxis.tick_top()
-    ax.set_yticks([i + 0.5 for i in range(len(names))],
-                  [f"{n} ({report.steps[n].kind})" for n in names], fontsize=8)
+    ax.set_yticks([i + 0.5 for i in range(len(steps))], labels, fontsize=fontsize)
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
+
+
+def bug_matrix(report: BugsReport) -> Figure:
+    """Steps x checks: green passes, magenta fails; each cell shows its error."""
+    names = list(report.steps)
+    fig = Figure(figsize=(WIDTH, 0.42 * len(names) + 1.6), layout="constrained")
+    ax = fig.subplots()
+
+    def text(row, check, passed):
+        err = row.max_abs_err.get(check)
+        return ("pass" if passed else "FAIL") if err is None else _short(err)
+
+    check_grid(ax, report, names, [f"{n} ({report.steps[n].kind})" for n in names], text)
     ax.set_xlabel("green: passes, magenta: fails; cells show max |err| "
                   "(exactly 0 is written 0)", fontsize=8)
     return fig
