@@ -25,6 +25,7 @@ from course_lib.core.data import prepare as prepare_data
 from course_lib.core.evaluate import bayes_accuracy, evaluate
 from course_lib.core.model import build_model
 from course_lib.core.reference import reference_gradient
+from course_lib.course.edition import tr
 from course_lib.jobs.audit import BugsReport
 from course_lib.jobs.exercise import ExerciseReport, exercise
 from course_lib.jobs.frameworks import NOT_RUN, FrameworksReport
@@ -175,21 +176,22 @@ Row = tuple[str, str, str]
 
 def _parity_rows(p: ParityReport) -> list[Row]:
     ok, bad = p.correct, p.control_mode
-    rows = [("parity, global_token", "PASS" if ok.allclose else "FAIL",
+    rows = [("parity, global_token", tr("PASS") if ok.allclose else tr("FAIL"),
              f"max |err| {short(ok.max_abs_err)}, {ok.violations} violations "
              f"of {p.compared_values:,}")]
     if p.world_size > 1:
         rows.append(("parity, mean_of_means",
-                     "FAIL (expected)" if not bad.allclose else "PASS (unexpected)",
+                     tr("FAIL (expected)") if not bad.allclose
+                     else tr("PASS (unexpected)"),
                      f"max |err| {short(bad.max_abs_err)}, {bad.violations} violations"))
     return rows
 
 
 def _resume_rows(r: ResumeReport) -> list[Row]:
-    rows = [(f"resume at step {r.step}", "IDENTICAL" if r.identical else "DIFFERS",
+    rows = [(f"resume at step {r.step}", tr("IDENTICAL") if r.identical else tr("DIFFERS"),
              f"max |diff| {r.max_abs_param_diff!r} over {r.compared_values:,}")]
     for name, a in r.ablations.items():
-        rows.append((f"  ablation {name}", "differs" if a.matters else "same",
+        rows.append((f"  ablation {name}", tr("differs") if a.matters else tr("same"),
                      f"max |diff| {short(a.max_abs_param_diff)}"))
     return rows
 
@@ -215,22 +217,23 @@ def _exercise_rows(x: ExerciseReport) -> list[Row]:
 def _bugs_rows(b: BugsReport) -> list[Row]:
     bugs = [r for r in b.steps.values() if r.kind == "bug"]
     correct = len(b.steps) - len(bugs)
-    return [("bug catalog", "ALL CAUGHT" if b.every_bug_caught else "MISSED",
+    return [("bug catalog", tr("ALL CAUGHT") if b.every_bug_caught else tr("MISSED"),
              f"{sum(bool(r.caught_by) for r in bugs)} of {len(bugs)} bugs caught; "
              f"{correct} correct designs, false alarms: {not b.no_false_alarm}")]
 
 
 def _recipes_rows(r: RecipesReport) -> list[Row]:
     exact = [n for n, row in r.recipes.items() if row.verdict == "exact"]
-    return [("production recipes", "AS PREDICTED" if r.every_prediction_holds
-             else "SURPRISE", f"{len(exact)} of {len(r.recipes)} train the token mean")]
+    return [("production recipes", tr("AS PREDICTED") if r.every_prediction_holds
+             else tr("SURPRISE"), f"{len(exact)} of {len(r.recipes)} train the token mean")]
 
 
 def _frameworks_rows(f: FrameworksReport) -> list[Row]:
     measured = [r for r in f.rows if r.verdict != NOT_RUN]
     exact = [r for r in measured if r.verdict == "exact"]
     names = ", ".join(dict.fromkeys(f"{r.framework} {r.version}" for r in measured))
-    return [("frameworks, audited", "MEASURED" if f.every_verdict_measured else "NOT RUN",
+    return [("frameworks, audited", tr("MEASURED") if f.every_verdict_measured
+             else tr("NOT RUN"),
              f"{len(exact)} of {len(measured)} train the token mean ({names})")]
 
 
@@ -272,7 +275,7 @@ def summary(out: Path, sections: tuple[str, ...] = PROTOCOL) -> str:
     for name in sections:
         section = SECTIONS[name]
         rows += section.rows(loaded[name]) if name in loaded else [
-            (name, "missing", section.hint)]
+            (name, tr("missing"), section.hint)]
     header = "no parity report yet"
     p = loaded.get("parity")
     if isinstance(p, ParityReport):

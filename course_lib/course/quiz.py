@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any
 
 from course_lib.core import paths
+from course_lib.course.edition import tr
 
 
 class UnknownQuestion(KeyError):
@@ -50,16 +51,13 @@ class Verdict:
     correct: bool
     message: str
     question: str = field(default="", repr=False)
+    answered: bool = True  # False: no answer yet, so neither a grade nor a hint
 
     def __str__(self) -> str:
         return self.message
 
     def __repr__(self) -> str:
         return self.message
-
-    @property
-    def answered(self) -> bool:
-        return self.message != UNANSWERED
 
     def _repr_html_(self) -> str:
         if not self.answered:  # no grade and no hint before an answer
@@ -83,7 +81,7 @@ def _unanswered(given) -> bool:
 
 
 def _not_yet(hint: str) -> Verdict:
-    return Verdict(False, f"not yet: {hint}")
+    return Verdict(False, tr("not yet: {hint}").format(hint=hint))
 
 
 def grade(q: Question, given) -> Verdict:
@@ -94,29 +92,30 @@ def grade(q: Question, given) -> Verdict:
             try:
                 given = float(given)
             except ValueError:
-                return _not_yet("answer with a number")
+                return _not_yet(tr("answer with a number"))
         if isinstance(given, bool) or not isinstance(given, (int, float)) \
                 or not math.isfinite(given):
-            return _not_yet("answer with a finite number")
+            return _not_yet(tr("answer with a finite number"))
         ok = math.isclose(given, q.expected(), rel_tol=q.rel_tol, abs_tol=q.abs_tol)
-        return Verdict(True, RIGHT) if ok else _not_yet(q.hint)
+        return Verdict(True, tr(RIGHT)) if ok else _not_yet(tr(q.hint))
     options = {o.lower(): o for o in q.choices()}
     if q.kind == "choice":
         if not isinstance(given, str) or given.strip().lower() not in options:
-            return _not_yet("choose one of: " + ", ".join(q.choices()))
+            return _not_yet(tr("choose one of: {options}").format(
+                options=", ".join(q.choices())))
         ok = given.strip().lower() == q.expected().lower()
-        return Verdict(True, RIGHT) if ok else _not_yet(q.hint)
+        return Verdict(True, tr(RIGHT)) if ok else _not_yet(tr(q.hint))
     if q.kind == "choices":
         if isinstance(given, str) or not isinstance(given, Iterable):
-            return _not_yet("give a list of options, e.g. ['a', 'b']")
+            return _not_yet(tr("give a list of options, e.g. ['a', 'b']"))
         picked = {str(x).strip().lower() for x in given}
         unknown = sorted(picked - set(options))
         if unknown:
-            return _not_yet(f"{unknown[0]!r} is not an option; choose among: "
-                            + ", ".join(q.choices()))
+            return _not_yet(tr("{option} is not an option; choose among: {options}").format(
+                option=repr(unknown[0]), options=", ".join(q.choices())))
         if picked == {x.lower() for x in q.expected()}:
-            return Verdict(True, RIGHT)
-        return _not_yet(q.hint)
+            return Verdict(True, tr(RIGHT))
+        return _not_yet(tr(q.hint))
     raise ValueError(f"unknown question kind {q.kind!r}")
 
 
@@ -126,19 +125,19 @@ def check(question_id: str, given) -> Verdict:
     if q is None:
         raise UnknownQuestion(f"no question {question_id!r}")
     if _unanswered(given):
-        return Verdict(False, UNANSWERED, question_id)
+        return Verdict(False, tr(UNANSWERED), question_id, answered=False)
     try:
         verdict = grade(q, given)
     except FileNotFoundError as missing:  # an answer read from a run not made yet
-        return Verdict(False, f"not yet: {missing}", question_id)
+        return Verdict(False, tr("not yet: {hint}").format(hint=missing), question_id)
     return Verdict(verdict.correct, verdict.message, question_id)
 
 
 def ask(question_id: str) -> str:
     """The prompt of a question, with its options."""
     q = QUESTIONS[question_id]
-    options = f" (choose: {', '.join(q.choices())})" if q.choices() else ""
-    return q.prompt + options
+    options = tr(" (choose: {options})").format(options=", ".join(q.choices()))
+    return tr(q.prompt) + (options if q.choices() else "")
 
 
 def questions(chapter: str) -> list[str]:
@@ -159,8 +158,8 @@ def _from(report: str, get: Callable[[Any], Any], file: str | None = None
         cls = getattr(importlib.import_module(module), name)
         out = paths.default_out("course")
         if not cls.exists(out, file):
-            raise FileNotFoundError(f"run the chapter's job first: no "
-                                    f"{file or cls.NAME}.json yet")
+            raise FileNotFoundError(tr("run the chapter's job first: no {name}.json yet")
+                                    .format(name=file or cls.NAME))
         return get(cls.load(out, file))
     return read
 
@@ -410,8 +409,8 @@ def _exercise_verdict(folder: str, mode: str) -> str:
 
     out = paths.default_out("course") / folder
     if not ExerciseReport.exists(out):
-        raise FileNotFoundError(f"run the exercise's cell first: no {folder} "
-                                "report yet")
+        raise FileNotFoundError(tr("run the exercise's cell first: no {folder} report yet")
+                                .format(folder=folder))
     scenario = ExerciseReport.load(out).scenarios[0]
     return "yes" if getattr(scenario.gradients, mode).allclose else "no"
 

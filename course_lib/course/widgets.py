@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from course_lib.core import arithmetic
 from course_lib.course import quiz
+from course_lib.course.edition import tr
 from course_lib.course.style import COLORS, LABELS, rank_color
 
 MAX_RANKS = 8
@@ -120,9 +121,11 @@ def _readout(text: str, color: str) -> str:
 def _pair_readout(label: str, mean_of_means: float, global_: float) -> str:
     """One quantity under both schemes, each in its scheme's colour."""
     return (f"{label}: "
-            + _readout(f"mean of means {fmt4(mean_of_means)}", COLORS["mean_of_means"])
+            + _readout(tr("mean of means {value}").format(value=fmt4(mean_of_means)),
+                       COLORS["mean_of_means"])
             + " &nbsp;|&nbsp; "
-            + _readout(f"global {fmt4(global_)}", COLORS["global_token"]))
+            + _readout(tr("global {value}").format(value=fmt4(global_)),
+                       COLORS["global_token"]))
 
 
 class _Displayable:
@@ -152,13 +155,14 @@ class TokenExplorer(_Displayable):
         style = {"description_width": "110px"}
         self.tokens = [
             w.IntSlider(value=tokens[r], min=1, max=MAX_TOKENS, step=1,
-                        description=f"rank {r} tokens", style=style,
+                        description=tr("rank {r} tokens").format(r=r), style=style,
                         continuous_update=False)
             for r in range(MAX_RANKS)
         ]
         self.losses = [
             w.FloatSlider(value=losses[r], min=0.0, max=MAX_LOSS, step=0.05,
-                          description=f"rank {r} loss/token", readout_format=".2f",
+                          description=tr("rank {r} loss/token").format(r=r),
+                          readout_format=".2f",
                           style=style, continuous_update=False)
             for r in range(MAX_RANKS)
         ]
@@ -166,7 +170,7 @@ class TokenExplorer(_Displayable):
             t.add_class(f"course-tokens-r{r}")
             x.add_class(f"course-loss-r{r}")
         self.world_size = _tagged(w.IntSlider(value=world_size, min=1, max=MAX_RANKS,
-                                              description="ranks W", style=style,
+                                              description=tr("ranks W"), style=style,
                                               continuous_update=False),
                                   "course-world-size")
         self.global_readout = _tagged(w.HTML(), "course-global-mean")
@@ -237,17 +241,16 @@ class TokenExplorer(_Displayable):
         # second, so numbers set first would run ahead of the plot.
         self._draw(st)
         mom, glob, bias = st["mean_of_means"], st["global_mean"], st["bias"]
-        self.mom_readout.value = _readout(f"mean of means: {fmt4(mom)}",
-                                          COLORS["mean_of_means"])
-        self.global_readout.value = _readout(f"global mean: {fmt4(glob)}",
-                                             COLORS["global_token"])
-        self.bias_readout.value = _readout(f"bias: {fmt4(bias)}", BIAS_COLOR)
-        self.weight_readout.value = (
-            f"Under the mean of means the lightest rank's token weighs "
-            f"<b>{st['weight_ratio']:.2f}x</b> the heaviest rank's token; "
-            f"under the global mean every token weighs 1/N = "
-            f"1/{st['global_tokens']}."
-        )
+        self.mom_readout.value = _readout(
+            tr("mean of means: {value}").format(value=fmt4(mom)), COLORS["mean_of_means"])
+        self.global_readout.value = _readout(
+            tr("global mean: {value}").format(value=fmt4(glob)), COLORS["global_token"])
+        self.bias_readout.value = _readout(tr("bias: {value}").format(value=fmt4(bias)),
+                                           BIAS_COLOR)
+        self.weight_readout.value = tr(
+            "Under the mean of means the lightest rank's token weighs <b>{ratio}x</b> "
+            "the heaviest rank's token; under the global mean every token weighs "
+            "1/N = 1/{n}.").format(ratio=f"{st['weight_ratio']:.2f}", n=st["global_tokens"])
         return st
 
     def _draw(self, st: dict) -> None:
@@ -341,9 +344,9 @@ class ThetaExplorer(_Displayable):
         for line in self.vlines:
             line.set_xdata([t, t])
         self.image.value = _png(self.fig)  # before the numbers, as in TokenExplorer
-        self.loss_readout.value = _pair_readout("loss", st["loss_mean_of_means"],
+        self.loss_readout.value = _pair_readout(tr("loss"), st["loss_mean_of_means"],
                                                 st["loss_global"])
-        self.grad_readout.value = _pair_readout("gradient", st["grad_mean_of_means"],
+        self.grad_readout.value = _pair_readout(tr("gradient"), st["grad_mean_of_means"],
                                                 st["grad_global"])
         return st
 
@@ -367,9 +370,9 @@ class Quiz(_Displayable):
                          for qid in question_ids}
         rows = []
         for qid in question_ids:
-            prompt = w.HTML(f"<b>{html.escape(quiz.QUESTIONS[qid].prompt)}</b>")
+            prompt = w.HTML(f"<b>{html.escape(tr(quiz.QUESTIONS[qid].prompt))}</b>")
             rows += [prompt, self.inputs[qid], self.verdicts[qid]]
-        self.button = _tagged(w.Button(description="Check", button_style="primary"),
+        self.button = _tagged(w.Button(description=tr("Check"), button_style="primary"),
                               "course-question-check")
         self.button.on_click(lambda _: self.check())
         self.results: dict[str, quiz.Verdict] = {}
@@ -378,7 +381,7 @@ class Quiz(_Displayable):
     @staticmethod
     def _input(q: quiz.Question) -> w.DOMWidget:
         if q.kind == "number":
-            box = w.Text(placeholder="your number", continuous_update=False)
+            box = w.Text(placeholder=tr("your number"), continuous_update=False)
         elif q.kind == "choice":
             box = w.RadioButtons(options=list(q.choices()), value=None)
         else:
