@@ -24,8 +24,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# EDITION=fr runs the French edition (notebooks/fr/). Not LANG: make imports
+# the environment, and a French-speaking learner's shell sets LANG already.
+EDITION ?= en
+
 course: $(STAMP)
-	$(BIN)/python -m course_lib.course.run_chapters
+	$(BIN)/python -m course_lib.course.run_chapters --edition $(EDITION)
 
 # Two pytest processes side by side, one per core: the chapters (nbval, in
 # order: they share runs/course), the fault tests, which mostly wait, and the
@@ -81,3 +85,14 @@ solutions: $(STAMP)
 
 cheatsheet: $(STAMP)
 	$(BIN)/python -m course_lib.course.cheatsheet
+
+# The French edition: build notebooks/fr/ from the English chapters and
+# notebooks/i18n/fr/ (refused while a cell needs translating), then run the
+# chapters whose code changed, so that their committed outputs are French.
+.PHONY: translations
+
+translations: $(STAMP)
+	$(BIN)/python -m course_lib.course.translation
+	cd notebooks/fr && for nb in [0-9][0-9]_*.ipynb; do \
+	  COURSE_PROGRESS=text $(abspath $(BIN))/jupyter nbconvert --to notebook --execute \
+	    --inplace "$$nb" || exit 1; done

@@ -15,13 +15,17 @@ from pathlib import Path
 
 from course_lib.core import paths
 from course_lib.course import api as protocol
+from course_lib.course import edition
 
 RUN_NAME = "course"  # the chapters' shared run directory: runs/course
 
 
-def chapters(root: Path | None = None) -> list[Path]:
+def chapters(root: Path | None = None, of: str = edition.DEFAULT) -> list[Path]:
+    """The chapters of an edition: English in notebooks/, the others in
+    notebooks/<edition>/ (course_lib.course.translation builds them)."""
     root = root or paths.project_root()
-    return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    folder = root / "notebooks" / ("" if of == edition.DEFAULT else of)
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 
 # Between chapters: what a fresh kernel would not have. Imported modules stay
@@ -81,14 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         help="chapter prefixes to run, e.g. 05 06")
     parser.add_argument("--out", default=None, help="default: runs/notebooks")
+    parser.add_argument("--edition", default=edition.DEFAULT, choices=edition.EDITIONS,
+                        help="fr: the French edition, notebooks/fr/")
     args = parser.parse_args(argv)
     root = paths.project_root()
-    selected = [nb for nb in chapters(root)
+    os.environ[edition.ENV] = args.edition  # the summary below speaks it too
+    selected = [nb for nb in chapters(root, args.edition)
                 if not args.only or nb.name[:2] in args.only]
     if not selected:
         print("no chapter matched", file=sys.stderr)
         return 2
-    out_dir = Path(args.out) if args.out else root / "runs" / "notebooks"
+    out_dir = Path(args.out) if args.out else (
+        root / "runs" / "notebooks" / ("" if args.edition == edition.DEFAULT else args.edition))
     timings = run_chapters(selected, out_dir)
     shown = out_dir.relative_to(root) if out_dir.is_relative_to(root) else out_dir
     print(f"\nExecuted {len(timings)} chapter(s) into {shown}/")

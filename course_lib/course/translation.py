@@ -1,0 +1,160 @@
+"""The French edition of the chapters, built from the English ones.
+
+Each translated chapter has a file ``notebooks/i18n/fr/<chapter>.json``: one
+entry per markdown cell, keyed by the cell's stable id, holding the French
+text and the hash of the English source it was translated from. The French
+notebook ``notebooks/fr/<chapter>.ipynb`` is built from the English chapter:
+its markdown from the entries, its code cells copied, so that a change to
+the code reaches both editions. A cell added, changed or removed in English
+makes the chapter stale until it is translated again (``problems``), and the
+build refuses a stale chapter.
+
+The French notebooks live one folder down, so their relative links and
+paths gain a ``../``, and a first code cell sets ``COURSE_EDITION=fr``: the
+quiz and the widgets then speak French in that kernel (``edition``).
+
+    python -m course_lib.course.translation [--check]   # make translations
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from course_lib.core import paths
+from course_lib.course import edition as editions
+
+EDITION = "fr"
+# The code cell that switches the kernel to the edition, right after the title.
+SWITCH = 'import os\n\nos.environ["COURSE_EDITION"] = "{edition}"  # {says}'
+NAMES = {"fr": "French"}
+SAYS = {"fr": "le cours vous répond en français"}
+# A relative link or path that starts in notebooks/: one folder deeper now.
+UP = re.compile(r"(\]\(|\"|'|%%writefile |\s)\.\./")
+
+
+class TranslationError(ValueError):
+    """A chapter whose translation is missing or stale: the cells to translate."""
+
+
+def source_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def english(stem: str) -> Path:
+    return paths.project_root() / "notebooks" / f"{stem}.ipynb"
+
+
+def entries_path(stem: str, edition: str = EDITION) -> Path:
+    return paths.project_root() / "notebooks" / "i18n" / edition / f"{stem}.json"
+
+
+def built_path(stem: str, edition: str = EDITION) -> Path:
+    return paths.project_root() / "notebooks" / edition / f"{stem}.ipynb"
+
+
+def translated(edition: str = EDITION) -> list[str]:
+    """The chapters that have a translation file."""
+    folder = paths.project_root() / "notebooks" / "i18n" / edition
+    return sorted(p.stem for p in folder.glob("[0-9][0-9]_*.json"))
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _text(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def problems(stem: str, edition: str = EDITION) -> list[str]:
+    """One line per cell to translate: missing, stale, or orphaned."""
+    cells = [c for c in _load(english(stem))["cells"] if c["cell_type"] == "markdown"]
+    entries = _load(entries_path(stem, edition))["cells"]
+    found = []
+    for cell in cells:
+        entry = entries.get(cell["id"])
+        if entry is None:
+            found.append(f"{stem}, cell {cell['id']}: no {NAMES[edition]} entry: translate it")
+        elif entry["en_sha256"] != source_hash(_text(cell)):
+            found.append(f"{stem}, cell {cell['id']}: the English changed since it was "
+                         "translated: translate it again")
+    ids = {c["id"] for c in cells}
+    found += [f"{stem}, cell {cid}: an entry whose English cell is gone: remove it"
+              for cid in entries if cid not in ids]
+    return found
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def build(stem: str, edition: str = EDITION) -> dict:
+    """The edition's notebook of ``stem`` (TranslationError when stale)."""
+    stale = problems(stem, edition)
+    if stale:
+        raise TranslationError("; ".join(stale))
+    nb = _load(english(stem))
+    entries = _load(entries_path(stem, edition))["cells"]
+    cells = []
+    for cell in nb["cells"]:
+        cell = copy.deepcopy(cell)
+        if cell["cell_type"] == "markdown":
+            cell["source"] = _lines(UP.sub(r"\1../../", entries[cell["id"]]["fr"]))
+        else:
+            cell["source"] = _lines(UP.sub(r"\1../../", _text(cell)))
+            cell["outputs"], cell["execution_count"] = [], None
+            cell["metadata"].pop("execution", None)
+        cells.append(cell)
+    switch: dict[str, Any] = {
+        "cell_type": "code", "execution_count": None, "id": f"edition-{edition}",
+        "metadata": {}, "outputs": [],
+        "source": _lines(SWITCH.format(edition=edition, says=SAYS[edition]))}
+    nb["cells"] = [cells[0], switch, *cells[1:]]
+    nb["metadata"]["course_edition"] = edition
+    return nb
+
+
+def write(nb: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def same_code(built: dict, committed: dict) -> bool:
+    """The committed notebook has the build's cells (sources; outputs aside)."""
+    def sources(nb):
+        return [(c["cell_type"], c.get("id"), _text(c)) for c in nb["cells"]]
+    return sources(built) == sources(committed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.course.translation")
+    parser.add_argument("--edition", default=EDITION, choices=[e for e in editions.EDITIONS
+                                                               if e != editions.DEFAULT])
+    parser.add_argument("--check", action="store_true",
+                        help="only say which cells need a translation")
+    args = parser.parse_args(argv)
+    stale = [line for stem in translated(args.edition) for line in problems(stem, args.edition)]
+    for line in stale:
+        print(line, file=sys.stderr)
+    if stale or args.check:
+        return 1 if stale else 0
+    for stem in translated(args.edition):
+        path = built_path(stem, args.edition)
+        nb = build(stem, args.edition)
+        if path.exists() and same_code(nb, _load(path)):
+            print(f"{path.relative_to(paths.project_root())}: up to date")
+            continue
+        write(nb, path)
+        print(f"built {path.relative_to(paths.project_root())}: execute it to fill its outputs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
