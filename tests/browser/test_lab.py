@@ -56,8 +56,8 @@ def _open(page, name: str) -> None:
     page.evaluate("async (path) => {"
                   " await window.jupyterapp.commands.execute('docmanager:open', {path}); }",
                   name)
-    page.locator(".lm-TabBar-tab.lm-mod-current", has_text=name).first.wait_for(
-        state="visible")
+    page.locator(".lm-TabBar-tab.lm-mod-current", has_text=name.rsplit("/", 1)[-1]
+                 ).first.wait_for(state="visible")
     page.locator(f"{SHOWN} .jp-Cell").first.wait_for(
         state="visible")
 
@@ -238,8 +238,12 @@ def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots)
     assert not any("*" in p for p in prompts), "the chapter was executed, not just opened"
 
 
-def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screenshots):
-    name = "01_mean_of_means.ipynb"
+@pytest.mark.parametrize("name, prompt, not_yet", [
+    ("01_mean_of_means.ipynb", "Rank 0:", "not yet"),
+    # The French edition: its first code cell sets COURSE_EDITION=fr.
+    ("fr/01_mean_of_means.ipynb", "Rang 0 :", "pas encore")])
+def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screenshots, name,
+                                                     prompt, not_yet):
     _notebook(lab_server, name)
     _open(page, name)
     _wait_kernel_ready(page, lab_server, name)
@@ -261,12 +265,14 @@ def test_a_graded_prediction_hints_then_says_correct(page, lab_server, screensho
         return verdict.inner_text().strip()
 
     quiz.scroll_into_view_if_needed()
+    assert quiz.inner_text().strip().startswith(prompt), quiz.inner_text()[:80]
+    edition = name.split("/")[0] + "-" if "/" in name else ""
     wrong = answer("2.5")
-    page.screenshot(path=str(screenshots / "01_prediction-wrong.png"))
-    assert wrong.startswith("not yet") and "correct" not in wrong, wrong
+    page.screenshot(path=str(screenshots / f"{edition}01_prediction-wrong.png"))
+    assert wrong.startswith(not_yet) and "correct" not in wrong, wrong
     assert "2.0" not in wrong and not re.search(r"\b2\b", wrong), "the answer leaked"
     right = answer("2")
-    page.screenshot(path=str(screenshots / "01_prediction-right.png"))
+    page.screenshot(path=str(screenshots / f"{edition}01_prediction-right.png"))
     assert right == "correct", right
 
 
