@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from course_lib.course.edition import tr
 from course_lib.reports.store import Committed
 
 # expect("06_bug_lab", "bugs") in a cell's source: (chapter, label).
@@ -38,23 +39,27 @@ class CellTimes(Committed):
 def about(seconds: float) -> str:
     """'about 4 s', 'about 25 s', 'about 2 min': what a learner plans around."""
     if seconds < 10:
-        return f"about {max(1, round(seconds))} s"
+        return tr("about {n} s").format(n=max(1, round(seconds)))
     if seconds < 120:
-        return f"about {5 * round(seconds / 5)} s"
-    return f"about {round(seconds / 60)} min"
+        return tr("about {n} s").format(n=5 * round(seconds / 5))
+    return tr("about {n} min").format(n=round(seconds / 60))
 
 
 def expected(chapter: str, label: str, times: CellTimes | None = None) -> str:
     """The line ``expect`` prints."""
+    unmeasured = tr("expected time: not measured yet (benchmarks/course_time.py "
+                    "--cell-times)")
     try:
         times = times or CellTimes.committed()
     except FileNotFoundError:
-        return "expected time: not measured yet (benchmarks/course_time.py --cell-times)"
+        return unmeasured
     found = times.seconds.get(f"{chapter}/{label}")
     if found is None:
-        return "expected time: not measured yet (benchmarks/course_time.py --cell-times)"
-    on = f"{times.cores} CPU cores" if times.device == "cpu" else times.device
-    return f"expected time: {about(found)} (the last measured run, on {on})"
+        return unmeasured
+    on = (tr("{n} CPU cores").format(n=times.cores) if times.device == "cpu"
+          else times.device)
+    return tr("expected time: {about} (the last measured run, on {on})").format(
+        about=about(found), on=on)
 
 
 def expect(chapter: str, label: str) -> None:
