@@ -11,8 +11,15 @@ from course_lib.course import translation
 CHAPTERS = translation.translated()
 
 
-def test_some_chapters_are_translated():
-    assert "00_setup" in CHAPTERS and "01_mean_of_means" in CHAPTERS
+def _stems(folder):
+    return sorted(p.stem for p in folder.glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_every_chapter_is_translated():
+    english = _stems(translation.english("x").parent)
+    untranslated = sorted(set(english) - set(CHAPTERS))
+    assert english == CHAPTERS, f"no French translation file for {untranslated}"
+    assert _stems(translation.built_path("x").parent) == english, "run `make translations`"
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)
@@ -82,3 +89,22 @@ def test_the_build_takes_the_code_from_english(tmp_path, monkeypatch):
     assert 'os.environ["COURSE_EDITION"] = "fr"' in sources[1]
     assert sources[2] == 'lab = Path("../../runs/course")\nprint(1)'
     assert nb["cells"][2]["outputs"] == [] and nb["cells"][2]["execution_count"] is None
+
+
+def test_a_change_of_prose_keeps_the_outputs(tmp_path, monkeypatch):
+    code = {"cell_type": "code", "id": "k", "metadata": {}, "execution_count": None,
+            "outputs": [], "source": ["print(1)"]}
+    cells = [_md("a", "# Title"), code]
+    entries = {"a": {"en_sha256": translation.source_hash("# Title"), "fr": "# Titre"}}
+    _chapter(tmp_path, monkeypatch, cells, entries)
+    ran = translation.build("99_x")
+    ran["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "1\n"}]
+    ran["cells"][2]["execution_count"] = 2
+    entries["a"]["fr"] = "# Le titre"
+    _chapter(tmp_path, monkeypatch, cells, entries)
+    rebuilt = translation.build("99_x")
+    assert not translation.same_code(rebuilt, ran)
+    kept = translation.keep_outputs(rebuilt, ran)
+    assert kept["cells"][0]["source"] == ["# Le titre"]
+    assert kept["cells"][2]["outputs"] == ran["cells"][2]["outputs"]
+    assert kept["cells"][2]["execution_count"] == 2

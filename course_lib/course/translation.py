@@ -133,6 +133,20 @@ def same_code(built: dict, committed: dict) -> bool:
     return sources(built) == sources(committed)
 
 
+def _code(nb: dict) -> list[tuple[str, str]]:
+    return [(c["id"], _text(c)) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def keep_outputs(nb: dict, old: dict) -> dict:
+    """``nb`` with the outputs of ``old``'s code cells, whose code is the same."""
+    ran = {c["id"]: c for c in old["cells"] if c["cell_type"] == "code"}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            for key in ("outputs", "execution_count", "metadata"):
+                cell[key] = copy.deepcopy(ran[cell["id"]][key])
+    return nb
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.course.translation")
     parser.add_argument("--edition", default=EDITION, choices=[e for e in editions.EDITIONS
@@ -147,12 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if stale else 0
     for stem in translated(args.edition):
         path = built_path(stem, args.edition)
+        shown = path.relative_to(paths.project_root())
         nb = build(stem, args.edition)
-        if path.exists() and same_code(nb, _load(path)):
-            print(f"{path.relative_to(paths.project_root())}: up to date")
-            continue
-        write(nb, path)
-        print(f"built {path.relative_to(paths.project_root())}: execute it to fill its outputs")
+        old = _load(path) if path.exists() else None
+        if old is not None and same_code(nb, old):
+            print(f"{shown}: up to date")
+        elif old is not None and _code(nb) == _code(old):
+            write(keep_outputs(nb, old), path)  # only the prose changed
+            print(f"{shown}: text updated, outputs kept")
+        else:
+            write(nb, path)
+            print(f"built {shown}: execute it to fill its outputs")
     return 0
 
 
