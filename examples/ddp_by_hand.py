@@ -32,6 +32,7 @@ numbers as JSON. With a GPU per rank it runs NCCL, otherwise gloo on the CPU.
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 
@@ -137,6 +138,11 @@ if rank == 0:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
 
-dist.barrier()  # leave together
+# Leave together, the DDP model first: it holds reference cycles, and a
+# reducer freed at interpreter exit, after its process group, can abort
+# gloo's threads ("terminate called without an active exception").
+del model, opt
+gc.collect()
+dist.barrier()
 dist.destroy_process_group()
 raise SystemExit(0 if ok else 1)
