@@ -15,7 +15,7 @@ from pathlib import Path
 
 from course_lib.core import paths
 from course_lib.course import api as protocol
-from course_lib.course import edition
+from course_lib.course import edition, translation
 
 RUN_NAME = "course"  # the chapters' shared run directory: runs/course
 
@@ -23,9 +23,7 @@ RUN_NAME = "course"  # the chapters' shared run directory: runs/course
 def chapters(root: Path | None = None, of: str = edition.DEFAULT) -> list[Path]:
     """The chapters of an edition: English in notebooks/, the others in
     notebooks/<edition>/ (course_lib.course.translation builds them)."""
-    root = root or paths.project_root()
-    folder = root / "notebooks" / ("" if of == edition.DEFAULT else of)
-    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+    return sorted(translation.chapters_dir(of, root).glob("[0-9][0-9]_*.ipynb"))
 
 
 # Between chapters: what a fresh kernel would not have. Imported modules stay

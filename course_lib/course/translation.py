@@ -47,22 +47,31 @@ def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def chapters_dir(edition: str = editions.DEFAULT, root: Path | None = None) -> Path:
+    """Where an edition's chapters live: notebooks/, or notebooks/<edition>/."""
+    top = (root or paths.project_root()) / "notebooks"
+    return top if edition == editions.DEFAULT else top / edition
+
+
+def entries_dir(edition: str = EDITION) -> Path:
+    return chapters_dir() / "i18n" / edition
+
+
 def english(stem: str) -> Path:
-    return paths.project_root() / "notebooks" / f"{stem}.ipynb"
+    return chapters_dir() / f"{stem}.ipynb"
 
 
 def entries_path(stem: str, edition: str = EDITION) -> Path:
-    return paths.project_root() / "notebooks" / "i18n" / edition / f"{stem}.json"
+    return entries_dir(edition) / f"{stem}.json"
 
 
 def built_path(stem: str, edition: str = EDITION) -> Path:
-    return paths.project_root() / "notebooks" / edition / f"{stem}.ipynb"
+    return chapters_dir(edition) / f"{stem}.ipynb"
 
 
 def translated(edition: str = EDITION) -> list[str]:
     """The chapters that have a translation file."""
-    folder = paths.project_root() / "notebooks" / "i18n" / edition
-    return sorted(p.stem for p in folder.glob("[0-9][0-9]_*.json"))
+    return sorted(p.stem for p in entries_dir(edition).glob("[0-9][0-9]_*.json"))
 
 
 def _load(path: Path) -> dict:
