@@ -280,10 +280,23 @@ def cmd_evaluate(args) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     ckpt = Path(args.checkpoint) if args.checkpoint else None
-    e = api.evaluate_run(cfg, out, ckpt, _data_dir(args))
-    _print({"test_sequences": e.test_sequences, "test_tokens": e.test_tokens,
-            "loss_per_token": e.loss_per_token, "token_accuracy": e.token_accuracy,
-            "entropy_floor": e.entropy_floor, "untrained": asdict(e.untrained)})
+    kw = _launch_kw(args)
+    if "multinode" in kw:
+        raise BadInput("evaluate: runs on one node (--nnodes 1)")
+    e = api.evaluate_run(cfg, out, ckpt, **kw)
+    shown = {"world_size": e.world_size, "backend": e.backend,
+             "test_sequences": e.test_sequences, "test_tokens": e.test_tokens,
+             "loss_per_token": e.loss_per_token, "token_accuracy": e.token_accuracy,
+             "entropy_floor": e.entropy_floor, "untrained": asdict(e.untrained)}
+    d = e.distributed
+    if d is not None:
+        shown.update(repeats=d.repeats, duplicates_kept=asdict(d.duplicates_kept),
+                     mean_of_rank_means=asdict(d.mean_of_rank_means),
+                     single_process=asdict(d.single_process), max_abs_diff=d.max_abs_diff,
+                     matches_single_process=d.matches_single_process)
+    _print(shown)
+    if d is not None and not d.matches_single_process:
+        raise CheckFailed("the token-weighted evaluation differs from the single-process one")
     if not e.beats_untrained():
         raise CheckFailed("the trained model is no better than the untrained one")
     return 0
@@ -418,7 +431,8 @@ def build_parser() -> Parser:
                    help="torchrun restarts all workers up to N times after a failure; "
                    "they resume from the newest valid checkpoint")
     add("resume-check", cmd_resume_check, "resumed vs continuous -> resume.json", True)
-    p = add("evaluate", cmd_evaluate, "test loss and accuracy -> evaluation.json")
+    p = add("evaluate", cmd_evaluate, "test loss and accuracy -> evaluation.json; in one "
+            "process, or on --world-size W ranks (token-weighted)", True)
     p.add_argument("--checkpoint", default=None)
     add("exercise", cmd_exercise, "the 12 -> 36 tokens exercise", True)
     p = add("compare", cmd_compare, "max |param diff| between two checkpoints")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import course_lib
 from course_lib._testing import replay
@@ -151,6 +152,21 @@ def test_train_logs_describe_one_trajectory(protocol_run, cfg):
     assert curve == continuous, "the resumed loss curve is the continuous one"
 
 
+def test_each_step_logs_the_windows_token_mean_on_every_rank(protocol_run):
+    """The log line's loss is sum_r S_r / N, the same on every rank: the
+    value the per-rank sums give, never a rank's own S_r / N_r."""
+    out, _ = protocol_run
+    curve = dict(logs.loss_curve(out))
+    found = logs.records(out)
+    for records in found.values():
+        for x in records:
+            if x["event"] == "step":
+                assert x["loss"] == pytest.approx(curve[x["step"]], rel=1e-12, abs=0)
+    by_step = [{x["step"]: x for x in recs if x["event"] == "step"} for recs in found.values()]
+    own = [abs(r[1]["local_loss_sum"] / r[1]["local_tokens"] - r[1]["loss"]) for r in by_step]
+    assert by_step[0][1]["loss"] == by_step[1][1]["loss"] and min(own) > 1e-3
+
+
 def test_evaluation_sits_between_floor_and_untrained(protocol_run):
     out, _ = protocol_run
     e = EvaluationReport.load(out)
@@ -160,6 +176,25 @@ def test_evaluation_sits_between_floor_and_untrained(protocol_run):
     assert e.entropy_floor < e.loss_per_token < e.untrained.loss_per_token
     assert e.loss_per_token < e.untrained.loss_per_token - 1.0
     assert e.token_accuracy > e.untrained.token_accuracy
+
+
+def test_the_trained_model_on_two_ranks_equals_one_process(protocol_run, cfg, tmp_path):
+    """W = 2 divides the 256 test sequences: no repeat, yet the mean of the
+    rank means still differs from the token mean."""
+    out, _ = protocol_run
+    single = EvaluationReport.load(out)
+    e = course_lib.evaluate_run(cfg, tmp_path, checkpoint.step_dir(out, cfg.train.updates),
+                                world_size=2, timeout=300)
+    d = e.distributed
+    assert (e.world_size, d.repeats, e.step) == (2, 0, cfg.train.updates)
+    got = [d.token_weighted.loss_per_token, d.token_weighted.token_accuracy]
+    want = [single.loss_per_token, single.token_accuracy]
+    assert d.matches_single_process
+    assert torch.allclose(torch.tensor(got, dtype=torch.float64),
+                          torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=0.0)
+    assert d.duplicates_kept == d.token_weighted
+    assert abs(d.mean_of_rank_means.loss_per_token - single.loss_per_token) > 1e-6
+    assert e.checkpoint == str(checkpoint.step_dir(out, cfg.train.updates).resolve())
 
 
 def test_exercise_scenarios(protocol_run):

@@ -68,6 +68,16 @@ class WindowStats:
     local_loss_sum: float
 
 
+def window_loss(stats: WindowStats, device: torch.device) -> float:
+    """The window's loss per token over every rank, sum_r S_r / N: the
+    number a training log should report, on every rank alike. One float64
+    all_reduce of S_r, which every rank calls."""
+    total = torch.tensor([stats.local_loss_sum], dtype=torch.float64, device=device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return float(total) / stats.global_tokens
+
+
 Microbatch = tuple[torch.Tensor, torch.Tensor]  # (inputs, labels)
 
 

@@ -22,11 +22,11 @@ from course_lib.core import checkpoint, paths
 from course_lib.core.config import Config, load
 from course_lib.core.data import Corpus, collate, load_corpus, locate, parity_window
 from course_lib.core.data import prepare as prepare_data
-from course_lib.core.evaluate import bayes_accuracy, evaluate
 from course_lib.core.model import build_model
 from course_lib.core.reference import reference_gradient
 from course_lib.course.edition import tr
 from course_lib.jobs.audit import BugsReport
+from course_lib.jobs.evaluate import EvaluationReport, evaluate_run
 from course_lib.jobs.exercise import ExerciseReport, exercise
 from course_lib.jobs.frameworks import NOT_RUN, FrameworksReport
 from course_lib.jobs.parity import ParityReport, parity
@@ -91,63 +91,6 @@ def single_process_reference(cfg: Config, out: Path, data_dir: Path | None = Non
         grad_norm=float(grad.norm()))
     report.save(out)
     return report
-
-
-@dataclass(frozen=True)
-class ModelScore:
-    loss_per_token: float
-    token_accuracy: float
-
-
-@dataclass(frozen=True)
-class EvaluationReport(Report):
-    """A checkpoint on the test split, beside the untrained model and the
-    entropy floor -> reports/evaluation.json."""
-
-    NAME: ClassVar[str] = "evaluation"
-    device: str
-    backend: str
-    checkpoint: str
-    step: int
-    test_sequences: int
-    test_tokens: int
-    loss_per_token: float
-    token_accuracy: float
-    entropy_floor: float
-    bayes_accuracy: float
-    untrained: ModelScore
-    above_floor_by: float
-    extra: dict = field(default_factory=dict, repr=False)
-
-    def beats_untrained(self) -> bool:
-        return self.loss_per_token < self.untrained.loss_per_token
-
-
-def evaluate_run(cfg: Config, out: Path, ckpt: Path | None = None,
-                 data_dir: Path | None = None) -> EvaluationReport:
-    """Evaluate a checkpoint (default: the latest valid one) on the test split."""
-    data = corpus(cfg, data_dir)
-    out = Path(out)
-    if ckpt is None:
-        ckpt = checkpoint.latest_valid(out)
-        if ckpt is None:
-            raise FileNotFoundError(f"no valid checkpoint under {out}/checkpoints")
-    trainer = checkpoint.verify(ckpt, data_lock=data.lock)
-    trained = build_model(cfg)
-    trained.load_state_dict(checkpoint.load_params(ckpt))
-    after = evaluate(trained, data)
-    before = evaluate(build_model(cfg), data)
-    report = EvaluationReport(
-        device="cpu", backend="none (single process)",
-        checkpoint=str(Path(ckpt).resolve().relative_to(out.resolve())),
-        step=trainer["step"], test_sequences=after["sequences"],
-        test_tokens=after["tokens"], loss_per_token=after["loss_per_token"],
-        token_accuracy=after["token_accuracy"], entropy_floor=data.entropy_floor,
-        bayes_accuracy=bayes_accuracy(data),
-        untrained=ModelScore(before["loss_per_token"], before["token_accuracy"]),
-        above_floor_by=after["loss_per_token"] - data.entropy_floor)
-    report.save(out)
-    return EvaluationReport.load(out)
 
 
 def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,

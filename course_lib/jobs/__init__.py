@@ -9,6 +9,7 @@ module with a ``KIND`` plus its entry in ``KINDS`` and a test.
 from course_lib.jobs import (
     audit,
     bench,
+    evaluate,
     exercise,
     frameworks,
     parity,
@@ -34,6 +35,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     uneven.KIND,
     recipes.KIND,
     frameworks.KIND,
+    evaluate.KIND,
 )}
 SPECS: dict[str, type[JobSpec]] = {tag: k.spec for tag, k in KINDS.items()}
 

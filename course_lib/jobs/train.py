@@ -26,7 +26,7 @@ from course_lib.core import checkpoint
 from course_lib.core.config import Config
 from course_lib.core.data import WindowSampler, load_corpus, locate, make_sampler
 from course_lib.core.model import build_model
-from course_lib.core.normalize import accumulate_window
+from course_lib.core.normalize import accumulate_window, window_loss
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
@@ -90,11 +90,15 @@ def train_steps(ctx: RankContext, state: TrainState, stop: int, run_dir: Path | 
         layout = state.sampler.next_window()
         micro = harness.microbatches(ctx, layout, ctx.rank)
         stats = accumulate_window(state.ddp, micro, "global_token", ctx.world_size)
+        loss = window_loss(stats, ctx.device)
         state.optimizer.step()
         state.update += 1
+        # Each rank's line: its own S_r (local_loss_sum) and N_r (local_tokens),
+        # the window's N, and loss = sum_r S_r / N, the window's token mean
+        # (the same on every rank), before this update's optimizer step.
         ctx.log("step", run=label, step=state.update, window=state.sampler.position - 1,
                 local_tokens=stats.local_tokens, global_tokens=stats.global_tokens,
-                local_loss_sum=stats.local_loss_sum)
+                local_loss_sum=stats.local_loss_sum, loss=loss)
         ctx.progress(f"train {label}", state.update, stop)
         if run_dir is not None and (state.update % every == 0 or state.update == stop):
             checkpoint.save(run_dir, state.update, model=state.model,
