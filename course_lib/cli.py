@@ -16,6 +16,7 @@ from course_lib import checks, steps
 from course_lib.core import arithmetic, checkpoint, objectives, paths
 from course_lib.core.config import ConfigError
 from course_lib.core.data import DataLockError, lock_record, make_plan
+from course_lib.core.verdicts import Verdict
 from course_lib.course import api
 from course_lib.frameworks import UnknownFramework
 from course_lib.frameworks.models import UnknownModel
@@ -204,9 +205,9 @@ def _audit_trainer(args, cfg, out: Path) -> int:
     name = args.trainer.rpartition(":")[2]
     print(f"report: {report_path(out, f'audit-trainer-{name}')}")
     (row,) = found.rows
-    if row.verdict == fw_job.NOT_RUN and own_trainer_flag(row.reason):
+    if row.verdict == Verdict.NOT_RUN and own_trainer_flag(row.reason):
         raise BadInput(row.reason.split(": ", 1)[1])  # it returned no Trainer
-    if row.verdict != "exact":
+    if row.verdict != Verdict.EXACT:
         raise CheckFailed(f"{args.trainer}: {row.verdict}, nearest formula: {row.matches}")
     return 0
 
@@ -243,7 +244,7 @@ def cmd_frameworks(args) -> int:
     report = fw_job.audit_frameworks(cfg, out, names, model_types, **_launch_kw(args))
     print(fw_job.describe(report))
     print(f"report: {report_path(out, fw_job.FrameworksReport.NAME)}")
-    missing = sorted({r.reason for r in report.rows if r.verdict == fw_job.NOT_RUN})
+    missing = sorted({r.reason for r in report.rows if r.verdict == Verdict.NOT_RUN})
     if missing:
         raise CheckFailed("not run: " + "; ".join(missing))
     return 0

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from course_lib.core.verdicts import Verdict
 from course_lib.frameworks import ADAPTERS, candidates, installed
 from course_lib.jobs.frameworks import (
     DEFAULT_FRAMEWORKS,
-    NOT_RUN,
     VERDICTS,
     FrameworksReport,
     predicted,
@@ -90,7 +90,7 @@ def test_a_framework_that_is_not_installed_is_not_run(tmp_path, monkeypatch):
                      "--out", str(tmp_path)])
     assert code == 1
     (row,) = FrameworksReport.load(tmp_path).rows
-    assert row.verdict == NOT_RUN and "pip install lightning" in row.reason
+    assert row.verdict == Verdict.NOT_RUN and "pip install lightning" in row.reason
 
 
 def test_unsloth_runs_alone_and_says_how_to_install_it(tmp_path):
@@ -104,7 +104,7 @@ def test_unsloth_runs_alone_and_says_how_to_install_it(tmp_path):
                               "--out", tmp_path)
         assert proc.returncode == 1, proc.stderr
         rows = FrameworksReport.load(tmp_path).rows
-        assert rows and all(r.verdict == NOT_RUN and "pip install unsloth" in r.reason
+        assert rows and all(r.verdict == Verdict.NOT_RUN and "pip install unsloth" in r.reason
                             for r in rows)
 
 

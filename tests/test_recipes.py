@@ -7,14 +7,19 @@ import pytest
 import torch
 
 from course_lib import steps
+from course_lib.core import verdicts
+from course_lib.core.verdicts import EmptyOutcome, Verdict
 from course_lib.course import lr_scale, quiz
 from course_lib.jobs import audit as audits
 from course_lib.jobs import recipes as recipe_audit
 from course_lib.jobs.recipes import RecipesReport
 from course_lib.reports.store import report_path
 from course_lib.steps import recipes, rl_recipes
-from course_lib.steps.recipes import BIASED, EXACT, NAN, RAISES, RECIPES, SCALED, ZERO_STEP
+from course_lib.steps.recipes import RECIPES
 from tests.conftest import course_lib_cli
+
+EXACT, BIASED, SCALED = Verdict.EXACT, Verdict.BIASED, Verdict.SCALED
+RAISES, ZERO_STEP, NAN = EmptyOutcome.RAISES, EmptyOutcome.ZERO_STEP, EmptyOutcome.NAN
 
 # The survey's facts, written out independently of the registry.
 EXACT_RECIPES = {"course_rule", "fairseq", "hf_trainer_5_10_1",
@@ -196,16 +201,16 @@ def test_predictions_follow_the_counts():
 def test_classify_tells_exact_scaled_biased_and_nan():
     torch.manual_seed(0)
     ref = torch.randn(1000, dtype=torch.float64)
-    tol = recipes.EXACT_TOL["float64"]
-    assert recipes.classify(ref.clone(), ref, tol).verdict == EXACT
-    scaled = recipes.classify(ref * 0.75, ref, tol)
+    tol = verdicts.TOLERANCE.exact["float64"]
+    assert verdicts.classify(ref.clone(), ref, tol).verdict == EXACT
+    scaled = verdicts.classify(ref * 0.75, ref, tol)
     assert scaled.verdict == SCALED and scaled.factor == pytest.approx(0.75, rel=1e-12)
     assert scaled.relative_error == pytest.approx(0.25)
-    biased = recipes.classify(ref + 0.1 * torch.randn(1000, dtype=torch.float64), ref, tol)
+    biased = verdicts.classify(ref + 0.1 * torch.randn(1000, dtype=torch.float64), ref, tol)
     assert biased.verdict == BIASED and biased.factor is None
     bad = ref.clone()
     bad[3] = float("nan")
-    assert recipes.classify(bad, ref, tol).verdict == recipes.NON_FINITE
+    assert verdicts.classify(bad, ref, tol).verdict == Verdict.NON_FINITE
     assert recipes.matches(scaled, recipes.Prediction(SCALED, 0.75))
     assert not recipes.matches(scaled, recipes.Prediction(SCALED, 0.7))
 
@@ -426,7 +431,7 @@ def _measure(cfg, recipe, window):
                                 recipes.predictions(recipe, shape)):
         ref = rl_recipes.claim_reference(fresh(), window, claim, recipe.policy,
                                          recipe.generation).double()
-        found.append(recipes.matches(recipes.classify(grad, ref, 1e-5), predicted))
+        found.append(recipes.matches(verdicts.classify(grad, ref, 1e-5), predicted))
     return found
 
 

@@ -38,10 +38,3 @@ class Check:
     def in_launch(self) -> bool:
         return self.run is not None
 
-
-def worst(errors: dict[str, float | None]) -> float | None:
-    """The largest error, or None when one is missing or not a number."""
-    values = list(errors.values())
-    if any(v is None or v != v for v in values):
-        return None
-    return max((v for v in values if v is not None), default=0.0)

@@ -4,7 +4,8 @@ split into other microbatches, or dealt to other ranks."""
 from __future__ import annotations
 
 from course_lib.checks.auditor import Auditor
-from course_lib.checks.base import Check, CheckResult, worst
+from course_lib.checks.base import Check, CheckResult
+from course_lib.core.verdicts import worst
 from course_lib.rank import harness
 
 
@@ -22,7 +23,7 @@ def _invariance(a: Auditor, layouts: dict[str, harness.Layout], note: str
         c = a.compare(out.grads, first.grads[0])
         errors[name] = c.max_abs_err
         passed = passed and c.allclose
-    return a.result(passed, worst(errors), errors=errors, note=note)
+    return a.result(passed, worst(errors.values()), errors=errors, note=note)
 
 
 def accumulation_invariance(a: Auditor) -> CheckResult | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from course_lib.checks.auditor import Auditor
-from course_lib.checks.base import Check, CheckResult, worst
+from course_lib.checks.base import Check, CheckResult
 from course_lib.core.data import make_sampler
+from course_lib.core.verdicts import worst
 from course_lib.rank import harness
 
 
@@ -37,7 +38,7 @@ def trajectory(a: Auditor) -> CheckResult | None:
     ctx.state.update = None
     if not a.is_root:
         return None
-    return a.result(passed, worst(errors), errors=errors,
+    return a.result(passed, worst(errors.values()), errors=errors,
                     note=f"{a.updates} SGD updates, lr {ctx.cfg.train.lr:g}")
 
 

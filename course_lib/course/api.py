@@ -24,11 +24,12 @@ from course_lib.core.data import Corpus, collate, load_corpus, locate, parity_wi
 from course_lib.core.data import prepare as prepare_data
 from course_lib.core.model import build_model
 from course_lib.core.reference import reference_gradient
+from course_lib.core.verdicts import Verdict
 from course_lib.course.edition import tr
 from course_lib.jobs.audit import BugsReport
 from course_lib.jobs.evaluate import EvaluationReport, evaluate_run
 from course_lib.jobs.exercise import ExerciseReport, exercise
-from course_lib.jobs.frameworks import NOT_RUN, FrameworksReport
+from course_lib.jobs.frameworks import FrameworksReport
 from course_lib.jobs.parity import ParityReport, parity
 from course_lib.jobs.recipes import RecipesReport
 from course_lib.jobs.resume import ResumeReport, resume_check
@@ -166,14 +167,14 @@ def _bugs_rows(b: BugsReport) -> list[Row]:
 
 
 def _recipes_rows(r: RecipesReport) -> list[Row]:
-    exact = [n for n, row in r.recipes.items() if row.verdict == "exact"]
+    exact = [n for n, row in r.recipes.items() if row.verdict == Verdict.EXACT]
     return [("production recipes", tr("AS PREDICTED") if r.every_prediction_holds
              else tr("SURPRISE"), f"{len(exact)} of {len(r.recipes)} train the token mean")]
 
 
 def _frameworks_rows(f: FrameworksReport) -> list[Row]:
-    measured = [r for r in f.rows if r.verdict != NOT_RUN]
-    exact = [r for r in measured if r.verdict == "exact"]
+    measured = [r for r in f.rows if r.verdict != Verdict.NOT_RUN]
+    exact = [r for r in measured if r.verdict == Verdict.EXACT]
     names = ", ".join(dict.fromkeys(f"{r.framework} {r.version}" for r in measured))
     return [("frameworks, audited", tr("MEASURED") if f.every_verdict_measured
              else tr("NOT RUN"),

@@ -274,14 +274,14 @@ REGIME_COLORS = {"balanced": "#2166ac", "skewed": "#c51b7d"}
 
 def recipe_errors(report: RecipesReport) -> Figure:
     """||g - g*|| / ||g*|| per recipe, on the balanced and the skewed window."""
+    from course_lib.core.verdicts import TOLERANCE
     from course_lib.jobs.recipes import REGIMES
-    from course_lib.steps.recipes import EXACT_TOL
 
     names = list(report.recipes)
     rows = list(report.recipes.values())
     fig, (ax,) = _figure(height=0.32 * len(names) + 1.2)
     floor = 1e-9  # log axis: float32 rounding of an exact recipe sits near 1e-7
-    tol = EXACT_TOL.get(report.dtype, 1e-5)
+    tol = TOLERANCE.of(report.dtype)
     for offset, regime in zip((-0.2, 0.2), REGIMES, strict=True):
         errs = [r.relative_error[regime] for r in rows]
         ax.barh([i + offset for i in range(len(names))],
@@ -308,8 +308,8 @@ def framework_matrix(matrix: Matrix) -> Figure:
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
+    from course_lib.core.verdicts import Verdict
     from course_lib.frameworks.candidates import CANDIDATES
-    from course_lib.jobs.frameworks import NOT_RUN, RANKS_DISAGREE
 
     formula = {c.name: c.formula.split(":")[0] for c in CANDIDATES}
     models = list(matrix.models)
@@ -319,7 +319,8 @@ def framework_matrix(matrix: Matrix) -> Figure:
                           f"{v}" for k, v in r.flags.items())
         label = f"{r.framework} {r.version or '?'}" + (f"  {flags}" if flags else "")
         keys.setdefault((label,), {})[r.model] = r
-    keys = {k: v for k, v in keys.items() if any(r.verdict != NOT_RUN for r in v.values())}
+    keys = {k: v for k, v in keys.items()
+            if any(r.verdict != Verdict.NOT_RUN for r in v.values())}
     labels = [k[0] for k in keys]
     fig, (ax,) = _figure(height=0.26 * len(labels) + 1.4)
     norm = Normalize(vmin=-7, vmax=0.5)
@@ -327,13 +328,13 @@ def framework_matrix(matrix: Matrix) -> Figure:
     for i, cells in enumerate(keys.values()):
         for j, model in enumerate(models):
             cell = cells.get(model)
-            if cell is None or cell.verdict == NOT_RUN or cell.relative_error is None:
+            if cell is None or cell.verdict == Verdict.NOT_RUN or cell.relative_error is None:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="#dddddd"))
-                ax.text(j, i, "not run", ha="center", va="center", fontsize=7)
+                ax.text(j, i, str(Verdict.NOT_RUN), ha="center", va="center", fontsize=7)
                 continue
             err = math.log10(max(cell.relative_error, 1e-9))
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(norm(err))))
-            text = "ranks disagree" if cell.verdict == RANKS_DISAGREE else \
+            text = str(Verdict.RANKS_DISAGREE) if cell.verdict == Verdict.RANKS_DISAGREE else \
                 formula.get(cell.matches or "", "?")
             ax.text(j, i, f"{text}  ({cell.relative_error:.0e})", ha="center",
                     va="center", fontsize=7, color="white" if norm(err) > 0.6 else "black")

@@ -199,13 +199,14 @@ def _exact_configurations() -> list[str]:
     """Those the reading of the installed versions says train the token
     mean (the chapter's run and the committed matrix check the reading)."""
     from course_lib.frameworks import adapter, installed
+    from course_lib.frameworks.candidates import EXACT
     from course_lib.frameworks.expected import expected
 
     found = []
     for key, (framework, model, flags) in AUDITED.items():
         version = installed(adapter(framework).package)
         stack = {"transformers": installed("transformers") or ""}
-        if version and expected(framework, version, model, flags, stack) == "exact":
+        if version and expected(framework, version, model, flags, stack) == EXACT.name:
             found.append(key)
     return found
 

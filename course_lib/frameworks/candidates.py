@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.core.verdicts import Measured, Verdict, classify_inner
 from course_lib.frameworks.window import Counts
 
 Coefficient = Callable[[Counts, int, int], float]  # (counts, rank, micro) -> c
@@ -37,7 +38,8 @@ def _m(c: Counts) -> int:
 
 
 CANDIDATES: tuple[Candidate, ...] = (
-    Candidate("exact", "S / N: the global token mean",
+    # The token mean's formula is named as the verdict it earns.
+    Candidate(Verdict.EXACT.value, "S / N: the global token mean",
               lambda c, r, m: 1 / c.N, "token_mean"),
     Candidate("counted before the shift", "S / (N + R): every row's first label "
               "counted too", lambda c, r, m: 1 / (c.N + c.R), "shift_scaled"),
@@ -62,6 +64,9 @@ CANDIDATES: tuple[Candidate, ...] = (
 class Match:
     name: str
     residual: float  # ||g - candidate|| / ||candidate||
+
+
+EXACT = CANDIDATES[0]  # the global token mean: the reference
 
 
 # --- the same, from inner products only -------------------------------------------
@@ -127,11 +132,15 @@ class Against:
         c = self.gram.coefficients(candidate)
         return float(c @ self.onto), float(c @ self.gram.pairs @ c)  # <g, g_c>, |g_c|^2
 
-    def residual(self, candidate: Candidate, scale: float = 1.0) -> float:
-        """|g - scale g_c| / |g_c|."""
+    def residual(self, candidate: Candidate) -> float:
+        """|g - g_c| / |g_c|."""
         cross, norm2 = self._terms(candidate)
-        left = self.norm2 - 2 * scale * cross + scale * scale * norm2
-        return max(left, 0.0) ** 0.5 / norm2 ** 0.5
+        return max(self.norm2 - 2 * cross + norm2, 0.0) ** 0.5 / norm2 ** 0.5
+
+    def measured(self, candidate: Candidate, tolerance: float) -> Measured:
+        """g judged against g_c as ``classify`` judges vectors."""
+        cross, norm2 = self._terms(candidate)
+        return classify_inner(self.norm2, cross, norm2, tolerance)
 
     def scale(self, candidate: Candidate) -> float:
         """The least-squares s of g = s g_c."""

@@ -13,6 +13,9 @@ from typing import Any
 
 from packaging.version import Version
 
+from course_lib.core.verdicts import Verdict
+from course_lib.frameworks.candidates import EXACT
+
 # Hugging Face models whose ``loss_type`` resolves to ``ForCausalLMLoss``,
 # which decides (from 5.10.1, #46204) whether the Trainer counts the labels
 # after the shift. Measured with models built from a config: a
@@ -41,16 +44,16 @@ def _hf(version: str, model: str, average_tokens: bool) -> str | None:
         return "mean of microbatch means without 1/M"  # no / GA anywhere (#35438)
     post_shift = v >= Version("5.10.1") and SHIFTS_LABELS.get(model, False)
     if average_tokens:  # W S / N' on every rank, N' gathered
-        return "exact" if post_shift else "counted before the shift"
+        return EXACT.name if post_shift else "counted before the shift"
     # S / N_r', N_r' this rank's own count
     return "mean of rank means" if post_shift else "mean of rank means counted before the shift"
 
 
 def expected_verdict(framework: str, version: str, model: str, flags: dict[str, Any]
-                     ) -> str | None:
+                     ) -> Verdict | None:
     """The verdict the reading predicts where it names no formula."""
     if framework == "hf" and Version("4.46.2") <= Version(version) < Version("4.46.3"):
-        return "ranks disagree"
+        return Verdict.RANKS_DISAGREE
     return None
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from course_lib.core.verdicts import Verdict
+
 WORLD = 2  # accelerator.num_processes: the dapo normalizer divides by it
 RTOL, ATOL = 1e-10, 1e-12  # float64 on both sides
 
@@ -109,7 +111,7 @@ def compare_all(cases: dict[str, tuple[str, int, int]],
             key=f"trl-{version}/{suffix}", entry=f"trl-{version}", loss_type=loss_type,
             accumulation=ga, steps_per_generation=spg, world_size=WORLD, version=version)
         if f'"{loss_type}"' not in source:
-            rows.append(dict(row, status="not run",
+            rows.append(dict(row, status=Verdict.NOT_RUN.value,
                              reason=f"trl {version} has no loss_type {loss_type!r}"))
             continue
         model.zero_grad(set_to_none=True)

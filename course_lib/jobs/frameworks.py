@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib import frameworks
+from course_lib.core.verdicts import NOT_FINITE, TOLERANCE, Verdict
 from course_lib.frameworks import candidates, models
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
@@ -34,14 +35,11 @@ from course_lib.rank.context import RankContext
 from course_lib.reports.store import Committed, Report, RunHeader
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
-from course_lib.steps.recipes import BIASED, EXACT, EXACT_TOL, NON_FINITE, SCALED
 
-# A gradient within this relative error of the reference is exact, for the
-# precision the framework computed it in (bf16 keeps 8 bits of mantissa).
-TOLERANCE = {"float32": EXACT_TOL["float32"], "bfloat16": 2e-2}
-RANKS_DISAGREE = "ranks disagree"
-NOT_RUN = "not run"
-VERDICTS = (EXACT, BIASED, SCALED, RANKS_DISAGREE, NOT_RUN)
+# The rows' verdicts: a gradient judged (exact, scaled, biased), ranks that
+# disagree, or a configuration not run.
+VERDICTS = (Verdict.EXACT, Verdict.BIASED, Verdict.SCALED, Verdict.RANKS_DISAGREE,
+            Verdict.NOT_RUN)
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ class FrameworkRow:
     version: str | None
     model: str
     flags: dict[str, Any]
-    verdict: str  # one of VERDICTS
+    verdict: Verdict  # one of VERDICTS
     reason: str = ""  # why it was not run
     precision: str = "float32"  # the framework's compute precision (its tolerance)
     stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
@@ -108,7 +106,7 @@ class FrameworksReport(RunHeader, Report):
 
     @property
     def every_verdict_measured(self) -> bool:
-        return all(r.verdict != NOT_RUN for r in self.rows)
+        return all(r.verdict != Verdict.NOT_RUN for r in self.rows)
 
 
 # --- the version matrix: data/frameworks-matrix.json ------------------------------------
@@ -145,7 +143,7 @@ class Matrix(Committed):
 
     @property
     def measured(self) -> list[MatrixRow]:
-        return [r for r in self.rows if r.verdict != NOT_RUN]
+        return [r for r in self.rows if r.verdict != Verdict.NOT_RUN]
 
 
 # --- in the launch -------------------------------------------------------------------
@@ -222,16 +220,11 @@ def stack() -> dict[str, str]:
     return found
 
 
-def _judge(finite: bool, seen: candidates.Against, tol: float) -> tuple[str, RankResult]:
-    """Exact, uniformly scaled (collinear with g*) or biased, as ``classify``
-    judges, from inner products; non-finite when a component is not finite."""
-    exact = candidates.CANDIDATES[0]
-    if not finite:
-        return NON_FINITE, RankResult(-1, None, None)
-    rel, scale = seen.residual(exact), seen.scale(exact)
-    collinear = seen.residual(exact, scale)
-    verdict = EXACT if rel <= tol else SCALED if collinear <= tol else BIASED
-    return verdict, RankResult(-1, rel, scale)
+def _judge(finite: bool, seen: candidates.Against, tol: float) -> tuple[Verdict, RankResult]:
+    """Exact, uniformly scaled (collinear with g*) or biased: ``classify``'s
+    judgement, from inner products; non-finite when a component is not finite."""
+    m = seen.measured(candidates.EXACT, tol) if finite else NOT_FINITE
+    return m.verdict, RankResult(-1, m.relative_error, m.scale)
 
 
 def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
@@ -240,20 +233,21 @@ def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
     """The row, from each rank's captured gradient seen from the microbatch
     gradients (``seen``), whether it is finite, and its distance to rank 0's
     (``apart``)."""
-    tol = TOLERANCE[precision]
+    tol = TOLERANCE.exact[precision]
     judged = [_judge(f, a, tol) for f, a in zip(finite, seen, strict=True)]
     ranks = [dataclasses.replace(res, rank=r) for r, (_, res) in enumerate(judged)]
     first, first_result = judged[0]
     gram = seen[0].gram
-    ref_norm = gram.coefficients(candidates.CANDIDATES[0])
+    ref_norm = gram.coefficients(candidates.EXACT)
     ref_norm = float(ref_norm @ gram.pairs @ ref_norm) ** 0.5
     disagree = any(d > tol * ref_norm for d in apart[1:])
     match = seen[0].best()
-    verdict = RANKS_DISAGREE if disagree else (BIASED if first == NON_FINITE else first)
+    verdict = (Verdict.RANKS_DISAGREE if disagree
+               else Verdict.BIASED if first == Verdict.NON_FINITE else first)
     return FrameworkRow(
         framework=conf.framework, version=version, model=conf.model, flags=conf.flags,
         verdict=verdict, precision=precision,
-        factor=first_result.scale if verdict == SCALED else None,
+        factor=first_result.scale if verdict == Verdict.SCALED else None,
         matches=match.name, residual=match.residual,
         relative_error=first_result.relative_error,
         counts=WindowCounts(counts.N, counts.N_r, counts.R), ranks=ranks, stack=stack(),
@@ -444,10 +438,11 @@ def describe(report: FrameworksReport) -> str:
              f"{'verdict':<17} matches"]
     for r in report.rows:
         flags = ", ".join(f"{k}={_shown(k, v)}" for k, v in r.flags.items()) or "-"
-        verdict = f"scaled x{r.factor:.4g}" if r.verdict == SCALED and r.factor else r.verdict
-        tail = r.reason if r.verdict == NOT_RUN else (r.matches or "")
-        if r.verdict != NOT_RUN and r.residual is not None and r.residual > TOLERANCE[
-                r.precision]:
+        verdict = (f"scaled x{r.factor:.4g}" if r.verdict == Verdict.SCALED and r.factor
+                   else str(r.verdict))
+        tail = r.reason if r.verdict == Verdict.NOT_RUN else (r.matches or "")
+        if (r.verdict != Verdict.NOT_RUN and r.residual is not None
+                and r.residual > TOLERANCE.of(r.precision)):
             tail += f" (nearest; residual {r.residual:.1e})"
         lines.append(f"  {r.framework:<11} {r.version or '-':<9} {r.model:<7} {flags:<36} "
                      f"{verdict:<17} {tail}")
@@ -490,7 +485,7 @@ def configurations(names: list[str], model_types: list[str]
 
 def not_run(conf: Configuration, reason: str, version: str | None = None) -> FrameworkRow:
     return FrameworkRow(framework=conf.framework, version=version, model=conf.model,
-                        flags=conf.flags, verdict=NOT_RUN, reason=reason, stack=stack())
+                        flags=conf.flags, verdict=Verdict.NOT_RUN, reason=reason, stack=stack())
 
 
 DEFAULT_FRAMEWORKS = ("hf", "accelerate", "lightning", "trl")

@@ -38,6 +38,7 @@ from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
 from course_lib.core.model import build_model
 from course_lib.core.normalize import EmptyWindowError
+from course_lib.core.verdicts import TOLERANCE, EmptyOutcome, Verdict, classify
 from course_lib.frameworks.candidates import CANDIDATES
 from course_lib.jobs.audit import AuditInputError, audit, parse_checks, with_dtype
 from course_lib.jobs.frameworks import Matrix, MatrixRow
@@ -47,15 +48,11 @@ from course_lib.rank.context import RankContext
 from course_lib.reports.store import Committed, Report, RunHeader
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import (
-    EXACT_TOL,
-    RAISES,
     RECIPES,
-    SCALED,
     NonFiniteLossError,
     Prediction,
     RealRun,
     Recipe,
-    classify,
     describe_empty,
     empty_outcome,
     matches,
@@ -96,9 +93,9 @@ class RegimeResult:
     relative_error: float | None  # ||g - g*|| / ||g*||
     scale: float | None  # least squares <g, g*> / <g*, g*>
     residual: float | None  # ||g - scale g*|| / ||scale g*||: 0 when collinear
-    verdict: str  # exact | biased | uniformly scaled | non-finite
+    verdict: Verdict  # exact | biased | uniformly scaled | non-finite
     factor: float | None  # the measured scale, when uniformly scaled
-    predicted_verdict: str
+    predicted_verdict: Verdict
     predicted_factor: float | None
     matches: bool
     # The same, against the reference of the objective the recipe claims
@@ -110,7 +107,7 @@ class RegimeResult:
 class EmptyWindowResult:
     """One recipe on a window with no supervised token (N = 0)."""
 
-    outcome: str  # raises | zero step | NaN
+    outcome: EmptyOutcome
     loss_finite: bool | None  # None when the step raised or returns no loss
     error: str
     predicted: str
@@ -129,7 +126,7 @@ class RecipeRow:
     summary: str
     checks: dict[str, bool]
     regimes: dict[str, RegimeResult]
-    verdict: str  # measured on the skewed window: the general case
+    verdict: Verdict  # measured on the skewed window: the general case
     factor: float | None
     relative_error: dict[str, float | None]  # per regime
     empty_window: EmptyWindowResult
@@ -190,7 +187,8 @@ def predicted_on_parity_window(cfg: Config, corpus: Corpus,
     return {name: predictions(r, shape)[0] for name, r in RECIPES.items()}
 
 
-def _empty_window(ctx: RankContext, recipe: Recipe, layout: harness.Layout):
+def _empty_window(ctx: RankContext, recipe: Recipe, layout: harness.Layout
+                  ) -> tuple[EmptyOutcome, bool | None, str]:
     """Run the recipe on the window with every label ignored, on every rank."""
     step = recipe.step
     micro = [collate(ctx.corpus, ids, False, ctx.device) for ids in layout[ctx.rank]]
@@ -200,7 +198,7 @@ def _empty_window(ctx: RankContext, recipe: Recipe, layout: harness.Layout):
         logged = step.func(ddp, micro, ctx.world_size)
     except (EmptyWindowError, NonFiniteLossError) as exc:
         # Every recipe decides from a global value: all ranks raise together.
-        return RAISES, None, type(exc).__name__
+        return EmptyOutcome.RAISES, None, type(exc).__name__
     harness.fence(ctx, ctx.state.step_timeout)
     grads = harness.gather_grads(ddp.module)
     finite = None if logged is None else math.isfinite(logged)
@@ -254,7 +252,7 @@ def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
                 for key in _reference_keys(recipe):
                     if (name, key) not in refs:
                         refs[name, key] = _reference(ctx, r, key)
-    tol = EXACT_TOL[ctx.cfg.train.dtype]
+    tol = TOLERANCE.exact[ctx.cfg.train.dtype]
     rows = {}
     for i, name in enumerate(spec.recipes):
         recipe = RECIPES[name]
@@ -294,7 +292,7 @@ def run_rank(ctx: RankContext, spec: RecipesJob) -> None:
 KIND = JobKind(RecipesJob, run_rank)
 
 
-def _row(recipe: Recipe, results: dict, outcome: str, finite: bool | None,
+def _row(recipe: Recipe, results: dict, outcome: EmptyOutcome, finite: bool | None,
          error: str) -> RecipeRow:
     predicted = recipe.predicted_empty
     empty = EmptyWindowResult(
@@ -357,8 +355,8 @@ def error_text(x: float | None, tol: float) -> str:
     return f"<{tol:.0e}" if x <= tol else f"{x:.3g}"
 
 
-def verdict_text(verdict: str, factor: float | None) -> str:
-    return f"scaled x{factor:.4g}" if verdict == SCALED else verdict
+def verdict_text(verdict: Verdict, factor: float | None) -> str:
+    return f"scaled x{factor:.4g}" if verdict == Verdict.SCALED else str(verdict)
 
 
 def empty_text(row: RecipeRow) -> str:
@@ -369,7 +367,7 @@ def empty_text(row: RecipeRow) -> str:
 def describe(report: RecipesReport) -> str:
     """The verdict table: one line per recipe, digits that hold on any CPU;
     each verdict against the token mean, then against the recipe's claim."""
-    tol = EXACT_TOL.get(report.dtype, EXACT_TOL["float32"])
+    tol = TOLERANCE.of(report.dtype)
     lines = [f"Production recipes: {report.world_size} ranks, {report.backend} on "
              f"{report.device}, {report.dtype}; verdicts balanced | skewed, and the "
              "relative gradient error per window, against the token mean (RL: sum A l / N)",
@@ -460,7 +458,7 @@ def _package(sel: RealRun) -> str:
 def selects(sel: RealRun, row: MatrixRow) -> bool:
     """Whether a measured matrix row ran the real code this selector names."""
     version = row.stack.get(_package(sel)) or row.version
-    return (row.verdict != "not run" and row.framework == sel.framework
+    return (row.verdict != Verdict.NOT_RUN and row.framework == sel.framework
             and version is not None and Version(version) in SpecifierSet(sel.versions)
             and (not sel.models or row.model in sel.models)
             and all(row.flags.get(k) == v for k, v in sel.flags))

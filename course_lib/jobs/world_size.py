@@ -19,6 +19,7 @@ from course_lib.checks.world_size import SEQUENCES, WORLD_SIZES
 from course_lib.core import objectives
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, load_corpus
+from course_lib.core.verdicts import worst
 from course_lib.jobs.kind import JobKind
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
@@ -89,8 +90,6 @@ def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:
         c = harness.compare_ranks(saved["grads"], base, atol, rtol)
         errors[f"W={w}"] = c.max_abs_err
         passed = passed and c.allclose
-    worst = None if any(e is None for e in errors.values()) else max(
-        e for e in errors.values() if e is not None)
     return CheckResult(
-        passed=passed, max_abs_err=worst, atol=atol, rtol=rtol, errors=errors,
+        passed=passed, max_abs_err=worst(errors.values()), atol=atol, rtol=rtol, errors=errors,
         note=f"{SEQUENCES} sequences over W = 1, 2, 4; compared with W = 1")

@@ -21,20 +21,16 @@ from course_lib.core.data import Corpus, Packing, collate
 from course_lib.core.model import build_model
 from course_lib.core.normalize import Microbatch, window_count
 from course_lib.core.reference import Comparison, compare, flat_grad, reference_gradient
+from course_lib.core.verdicts import TOLERANCE, worst
 from course_lib.rank.context import RankContext
 from course_lib.steps.registry import StepInfo
 
 Layout = list[list[list[int]]]
 
-# float64 proves the formula exact, not just right within fp32 rounding:
-# every component must agree to 1e-12.
-FLOAT64_TOLERANCE = (1e-12, 0.0)
-
-
 def tolerance(cfg) -> tuple[float, float]:
     """(atol, rtol) for the config's dtype."""
     if cfg.train.dtype == "float64":
-        return FLOAT64_TOLERANCE
+        return TOLERANCE.float64_components
     return cfg.parity.atol, cfg.parity.rtol
 
 
@@ -194,10 +190,8 @@ def compare_ranks(grads: list[torch.Tensor], ref: torch.Tensor,
                   atol: float, rtol: float) -> Comparison:
     """``compare`` on every rank's gradient; the worst rank decides."""
     results = [compare(g, ref, atol, rtol) for g in grads]
-    errs = [r.max_abs_err for r in results]
-    finite = [e for e in errs if e is not None and e == e]
     return Comparison(
-        max_abs_err=max(finite) if len(finite) == len(errs) else None,
+        max_abs_err=worst(r.max_abs_err for r in results),
         allclose=all(r.allclose for r in results),
         violations=max(r.violations for r in results),
     )

@@ -14,6 +14,7 @@ import math
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -141,6 +142,8 @@ def _value(hint: Any, value: Any) -> Any:
     if origin in (typing.Union, types.UnionType):  # X | None
         inner = [a for a in args if a is not type(None)]
         return _value(inner[0], value) if len(inner) == 1 else value
+    if isinstance(hint, type) and issubclass(hint, Enum):  # a str enum: its word
+        return hint(value)
     if is_dataclass(hint) and isinstance(value, dict):
         return build(hint, value)  # type: ignore[arg-type]
     if origin is dict and isinstance(value, dict):

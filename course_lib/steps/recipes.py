@@ -18,8 +18,9 @@ The audit ignores the return value.
 
 Pure functions here predict what each recipe trains on a given window
 (``predict``; ``predict_rows`` from each row's count, for the rows below the
-first table) and classify a measured gradient against the reference one
-(``classify``); ``recipe_audit`` runs them under torchrun.
+first table) and say whether a measured gradient, classified against the
+reference one (``core.verdicts.classify``), matches the prediction
+(``matches``); ``recipe_audit`` runs them under torchrun.
 
 Each recipe also names the objective its source *claims* (``Recipe.claims``,
 a key of ``rl_recipes.CLAIMS``: the token mean for most, the sequence-level
@@ -49,22 +50,16 @@ from course_lib.core.normalize import (
     scale_grads,
     window_count,
 )
+from course_lib.core.verdicts import TOLERANCE, EmptyOutcome, Measured, Verdict
 from course_lib.steps import rl_recipes as rl
 from course_lib.steps.base import StepInfo, backprop_each, with_setup
 from course_lib.steps.catalog import global_token, sum_reduction
 from course_lib.steps.rl_recipes import CLAIMS, MAX_COMPLETION_LENGTH
 
-# --- the verdicts ----------------------------------------------------------------
-
-EXACT = "exact"
-BIASED = "biased"
-SCALED = "uniformly scaled"
-NON_FINITE = "non-finite"
-
-# What a recipe does with a window that holds no supervised token (N = 0).
-RAISES = "raises"
-ZERO_STEP = "zero step"
-NAN = "NaN"
+# The verdicts and the empty-window outcomes are core.verdicts'; chapter 10
+# reads ``recipes.SCALED``.
+EXACT, BIASED, SCALED = Verdict.EXACT, Verdict.BIASED, Verdict.SCALED
+RAISES, ZERO_STEP, NAN = EmptyOutcome.RAISES, EmptyOutcome.ZERO_STEP, EmptyOutcome.NAN
 
 
 class NonFiniteLossError(RuntimeError):
@@ -353,7 +348,7 @@ class Recipe:
     reduction: str  # how the ranks' gradients are combined
     objective: str  # a key of OBJECTIVES
     verdict: str  # one line
-    empty: tuple[str, bool]  # (outcome, loss is finite) on a window with N = 0
+    empty: tuple[EmptyOutcome, bool]  # (outcome, loss is finite) on a window with N = 0
     # The runs of the real code this row re-implements (rows of the version
     # matrix, data/frameworks-matrix.json), or why it was not run.
     real: tuple[RealRun, ...] = ()
@@ -387,12 +382,12 @@ class Recipe:
         return describe_empty(*self.empty)
 
 
-def describe_empty(outcome: str, loss_finite: bool | None) -> str:
+def describe_empty(outcome: EmptyOutcome | str, loss_finite: bool | None) -> str:
     """'raises', 'NaN gradients', 'zero step' or 'zero step, NaN loss'."""
     if outcome == NAN:
         return "NaN gradients"
     if outcome == RAISES or loss_finite is None or loss_finite:
-        return outcome
+        return str(outcome)
     return f"{outcome}, NaN loss"
 
 
@@ -492,7 +487,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             ">= 5.10.1, a model whose loss_type resolves to ForCausalLMLoss (Llama); "
             "TRL's SFTTrainer too (Unsloth's count: unsloth_count)",
             "transformers PR #46204; trainer.py _get_num_items_in_batch (labels[..., 1:])",
-            "W·S / N", "mean", "token_mean", "exact", (ZERO_STEP, False),
+            "W·S / N", "mean", "token_mean", EXACT.value, (ZERO_STEP, False),
             real=[RealRun("hf", ">=5.10.1", _LLAMA, _ON),
                   RealRun("trl", ">=5.10.1", _LLAMA, package="transformers")]),
     _recipe(accelerate_accumulate, "accelerate accumulate()", "HF accelerate",
@@ -639,7 +634,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     _recipe(rl.verl_token_mean, "verl token-mean", "verl", "engine path, snapshot 1dda039",
             "verl/trainer/ppo/core_algos.py agg_loss (token-mean); "
             "workers/engine/fsdp/transformer_impl.py forward_backward_batch; PR #5366",
-            "A·S·dp / N", "mean", "token_mean", "exact", (ZERO_STEP, False),
+            "A·S·dp / N", "mean", "token_mean", EXACT.value, (ZERO_STEP, False),
             policy=True, unrun=NO_ADAPTER["verl"]),
     _recipe(rl.verl_seq_mean_token_mean, "verl seq-mean-token-mean", "verl",
             "engine path, snapshot 1dda039",
@@ -665,12 +660,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     _recipe(rl.openrlhf_window, "OpenRLHF", "OpenRLHF", "since PR #1249 (2026-06)",
             "openrlhf/models/loss.py aggregate_loss; openrlhf/utils/loss_utils.py "
             "iter_grad_accum_global_norm (batch_num_tokens = N / GAS)",
-            "A·S·W / (N / M), then DeepSpeed / M", "mean", "token_mean", "exact",
+            "A·S·W / (N / M), then DeepSpeed / M", "mean", "token_mean", EXACT.value,
             (ZERO_STEP, False), policy=True, unrun=NO_ADAPTER["OpenRLHF"]),
     _recipe(rl.nemo_rl, "NeMo-RL", "NeMo-RL", "snapshot 7ea279a",
             "masked_mean(global_normalization_factor=global_valid_toks); "
             "nemo_rl/models/automodel/data.py; docs/design-docs/loss-functions.md",
-            "A·S·dp / N", "mean", "token_mean", "exact", (ZERO_STEP, False),
+            "A·S·dp / N", "mean", "token_mean", EXACT.value, (ZERO_STEP, False),
             policy=True, unrun=NO_ADAPTER["NeMo-RL"]),
 )}
 
@@ -721,7 +716,7 @@ def window_shape(microbatches_per_rank: Sequence[Sequence[Microbatch]]) -> Windo
 
 @dataclass(frozen=True)
 class Prediction:
-    verdict: str
+    verdict: Verdict
     factor: float | None = None  # the uniform scale, when there is one
 
 
@@ -797,7 +792,6 @@ def row_weights(objective: str, shape: WindowShape, generation: int = 1) -> list
 ROW_OBJECTIVES = ("token_mean", "microbatch_means", "rank_means", "generation_tokens",
                   "trl_sequence_means", "sequence_means", "sequence_sums", "trl_constant",
                   "constant", "llamafactory_v1")
-ROW_RTOL = 1e-9  # float64 arithmetic on counts: equal weights agree far below this
 
 
 def predict_rows(objective: str, reference: str, shape: WindowShape,
@@ -815,9 +809,9 @@ def predict_rows(objective: str, reference: str, shape: WindowShape,
                 return Prediction(BIASED)
         elif n:
             ratios.append(g / w)
-    if all(abs(r - 1) <= ROW_RTOL for r in ratios):  # no supervised row: nothing differs
+    if all(abs(r - 1) <= TOLERANCE.row for r in ratios):  # no supervised row: nothing differs
         return Prediction(EXACT)
-    if max(ratios) - min(ratios) <= ROW_RTOL * abs(ratios[0]):
+    if max(ratios) - min(ratios) <= TOLERANCE.row * abs(ratios[0]):
         return Prediction(SCALED, ratios[0])
     return Prediction(BIASED)
 
@@ -846,42 +840,11 @@ def trains_the_token_mean(name: str) -> bool:
 
 
 # --- measurements: a gradient against the reference ---------------------------------------
-
-# ||g - g*|| / ||g*|| below this is exact (float32 rounding sits near 1e-7).
-EXACT_TOL = {"float32": 1e-5, "float64": 1e-10}
-FACTOR_RTOL = 1e-6  # measured vs predicted uniform scale, relative
-
-
-@dataclass(frozen=True)
-class Measured:
-    relative_error: float | None  # ||g - g*|| / ||g*||
-    scale: float | None  # least squares: <g, g*> / <g*, g*>
-    residual: float | None  # ||g - scale * g*|| / ||scale * g*||: 0 when collinear
-    verdict: str
-    factor: float | None  # the scale, when the gradient is uniformly scaled
-
-
-def classify(grad: torch.Tensor, ref: torch.Tensor, tol: float) -> Measured:
-    """Exact, uniformly scaled (collinear with g*), biased, or non-finite."""
-    g, r = grad.double().flatten(), ref.double().flatten()
-    if not bool(torch.isfinite(g).all()):
-        return Measured(None, None, None, NON_FINITE, None)
-    norm = float(r.norm())
-    rel = float((g - r).norm()) / norm
-    scale = float(g @ r) / float(r @ r)
-    # Relative to the scaled reference: rounding grows with the scale (x71 for
-    # a sum over sequences), and a collinear g must not look biased for it.
-    scaled = abs(scale) * norm
-    residual = float((g - scale * r).norm()) / scaled if scaled > 0 else math.inf
-    if rel <= tol:
-        return Measured(rel, scale, residual, EXACT, None)
-    if residual <= tol:
-        return Measured(rel, scale, residual, SCALED, scale)
-    return Measured(rel, scale, residual, BIASED, None)
+# ``classify`` (core.verdicts) measures it; a match is the verdict, and the scale too.
 
 
 def matches(measured: Measured, predicted: Prediction,
-            factor_rtol: float = FACTOR_RTOL) -> bool:
+            factor_rtol: float = TOLERANCE.factor) -> bool:
     if measured.verdict != predicted.verdict:
         return False
     if predicted.verdict == SCALED:
@@ -891,13 +854,13 @@ def matches(measured: Measured, predicted: Prediction,
     return True
 
 
-def empty_outcome(raised: bool, grads: Sequence[torch.Tensor]) -> str:
+def empty_outcome(raised: bool, grads: Sequence[torch.Tensor]) -> EmptyOutcome:
     """raises, NaN (any non-finite component on any rank), zero step, or
-    'nonzero step' (a gradient from no token: never expected)."""
+    nonzero step (a gradient from no token: never expected)."""
     if raised:
         return RAISES
     if not all(bool(torch.isfinite(g).all()) for g in grads):
         return NAN
     if all(not bool(g.any()) for g in grads):
         return ZERO_STEP
-    return "nonzero step"
+    return EmptyOutcome.NONZERO_STEP
