@@ -214,7 +214,7 @@ REASONING: dict[str, str] = {
         "means weighs a token 1 / (W N_r), which is 1 / N only when the counts "
         "are equal, so it passes the balanced scenario and fails the skewed one.",
     "exercise.predict_change":
-        "W counts the ranks and stays 3; only the number of tokens changes, so N, "
+        "W counts the ranks and stays 2; only the number of tokens changes, so N, "
         "summed over the ranks by the all_reduce, is what moves.",
     "exercise.1":
         "(12 * 1 + 60 * 3) / 72 = 192 / 72, about 2.667.",
