@@ -21,6 +21,7 @@ from course_lib.course import api
 from course_lib.frameworks import UnknownFramework
 from course_lib.frameworks.models import UnknownModel
 from course_lib.jobs import audit as audits
+from course_lib.jobs import capstone
 from course_lib.jobs import frameworks as fw_job
 from course_lib.jobs import recipes as recipe_audit
 from course_lib.jobs.exercise import exercise
@@ -209,6 +210,20 @@ def _audit_trainer(args, cfg, out: Path) -> int:
         raise BadInput(row.reason.split(": ", 1)[1])  # it returned no Trainer
     if row.verdict != Verdict.EXACT:
         raise CheckFailed(f"{args.trainer}: {row.verdict}, nearest formula: {row.matches}")
+    return 0
+
+
+def cmd_capstone(args) -> int:
+    cfg = _config(args)
+    out = _out(args, cfg)
+    if args.world_size is not None:
+        raise BadInput("capstone: the grader picks its world sizes "
+                       f"({', '.join(map(str, capstone.EVALUATION_WORLDS))})")
+    report = capstone.check(cfg, out, Path(args.file), **_launch_kw(args))
+    print(capstone.describe(report))
+    print(f"report: {report_path(out, capstone.CapstoneReport.NAME)}")
+    if not report.passed:
+        raise CheckFailed(f"{args.file} fails {', '.join(report.failed)}")
     return 0
 
 
@@ -457,6 +472,10 @@ def build_parser() -> Parser:
                    help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
     p.add_argument("--objective", default=None, metavar="UNIT", help=OBJECTIVE_HELP)
+    p = add("capstone", cmd_capstone, "grade a training script (examples/capstone/"
+            "train.py): its step, its resume, its evaluation -> reports/capstone.json", True)
+    p.add_argument("action", choices=["check"])
+    p.add_argument("file", metavar="FILE", help="your train.py")
     p = add("bugs", cmd_bugs, "every built-in step through every check -> "
             "reports/bugs.json", True)
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
@@ -496,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (BadInput, ConfigError, BackendError, checkpoint.CheckpointError,
             DataLockError, steps.StepSpecError, audits.AuditInputError,
-            UnknownFramework, UnknownModel) as exc:
+            capstone.CapstoneInputError, UnknownFramework, UnknownModel) as exc:
         print(f"course-lib: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. --out not writable, disk full, run dir in use

@@ -9,6 +9,7 @@ module with a ``KIND`` plus its entry in ``KINDS`` and a test.
 from course_lib.jobs import (
     audit,
     bench,
+    capstone,
     evaluate,
     exercise,
     frameworks,
@@ -35,6 +36,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     uneven.KIND,
     recipes.KIND,
     frameworks.KIND,
+    capstone.KIND,
     evaluate.KIND,
 )}
 SPECS: dict[str, type[JobSpec]] = {tag: k.spec for tag, k in KINDS.items()}
