@@ -474,7 +474,7 @@ def build_parser() -> Parser:
     p.add_argument("--objective", default=None, metavar="UNIT", help=OBJECTIVE_HELP)
     p = add("capstone", cmd_capstone, "grade a training script (examples/capstone/"
             "train.py): its step, its resume, its evaluation -> reports/capstone.json", True)
-    p.add_argument("action", choices=["check"])
+    p.add_argument("action", choices=["check"], help="check: grade FILE")
     p.add_argument("file", metavar="FILE", help="your train.py")
     p = add("bugs", cmd_bugs, "every built-in step through every check -> "
             "reports/bugs.json", True)

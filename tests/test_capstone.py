@@ -148,6 +148,8 @@ def test_a_file_that_cannot_be_graded_gets_one_line_before_any_launch(tmp_path, 
     (["grade", SOLUTION], "invalid choice"),
     (["check", ROOT / "no_such_file.py"], "no such file"),
     (["check", SOLUTION, "--world-size", "4"], "picks its world sizes"),
+    (["check", SOLUTION, "--backend", "nccl"], "runs gloo on the CPU"),
+    (["check", SOLUTION, "--nnodes", "2", "--rdzv-endpoint", "h:1"], "runs on one node"),
 ])
 def test_bad_arguments_get_one_line(tmp_path, args, needle):
     proc = course_lib_cli("capstone", *args, "--out", tmp_path / "out")

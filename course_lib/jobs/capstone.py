@@ -245,6 +245,14 @@ def grade(cfg: Config, out: Path, runs: dict[Path, Path],
     """Grade each file of ``runs`` (run directory -> file): its step, its
     resume, its evaluation at each of ``EVALUATION_WORLDS``, one launch per
     world size -> ``<run>/reports/capstone.json``."""
+    if kw.get("backend", "auto") not in ("auto", "gloo") or \
+            kw.get("device", "auto") not in ("auto", "cpu"):
+        raise CapstoneInputError("capstone check: the script runs gloo on the CPU, and so "
+                                 "does its grade (--backend gloo, --device cpu)")
+    if kw.get("multinode"):
+        raise CapstoneInputError("capstone check: runs on one node (--nnodes 1)")
+    # The script's own placement, on any machine: its RNG states are the CPU's.
+    kw = {**kw, "backend": "gloo", "device": "cpu"}
     runs = {Path(d).resolve(): Path(f).resolve() for d, f in runs.items()}
     for path in runs.values():  # StepSpecError (bad input) before any launch
         for name in FUNCTIONS:

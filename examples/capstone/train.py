@@ -21,7 +21,9 @@ them, and grade your file (it exits 0 when every property holds):
 
     course-lib capstone check examples/capstone/train.py --out runs/capstone-check
 
-The grader imports the file (``main`` runs only as a script) and calls:
+The grader imports the file (``main`` runs only as a script) and calls the
+four functions as ``main`` does (``model`` the DDP model, except in
+``evaluate``; ``microbatches`` this rank's (inputs, labels) pairs):
 
     step(model, microbatches, world_size)          one window on one rank, as
                                                    `course-lib audit --step` takes it
