@@ -8,6 +8,7 @@ the gradient is deterministic and the same on every rank.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ class UnknownModel(ValueError):
     """A --model that no installed transformers knows."""
 
 
-def config(model_type: str, vocab_size: int, sizes: dict[str, int] | None = None) -> Any:
+def config(model_type: str, vocab_size: int, sizes: Mapping[str, float] | None = None) -> Any:
     from transformers import AutoConfig
 
     try:
@@ -52,7 +53,7 @@ def config(model_type: str, vocab_size: int, sizes: dict[str, int] | None = None
 
 
 def build(model_type: str, vocab_size: int, seed: int,
-          sizes: dict[str, int] | None = None) -> torch.nn.Module:
+          sizes: Mapping[str, float] | None = None) -> torch.nn.Module:
     """A freshly initialised causal LM, the same on every rank for one seed."""
     from transformers import AutoModelForCausalLM
 

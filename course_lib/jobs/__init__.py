@@ -13,6 +13,7 @@ from course_lib.jobs import (
     evaluate,
     exercise,
     frameworks,
+    frameworks_logging,
     parity,
     recipes,
     resume,
@@ -36,6 +37,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     uneven.KIND,
     recipes.KIND,
     frameworks.KIND,
+    frameworks_logging.KIND,
     capstone.KIND,
     evaluate.KIND,
 )}
