@@ -434,6 +434,23 @@ def test_an_identical_launch_runs_once_per_replay_store(tmp_path, cfg, monkeypat
     assert len([p for p in store.iterdir() if p.is_dir()]) == 1
 
 
+def test_a_launch_that_fails_in_a_worker_replays_its_error(tmp_path, cfg, monkeypatch):
+    """replay.py: a worker's failure (here the set-up's) is stored with its
+    files, and the identical launch raises the same LaunchError."""
+    monkeypatch.setenv(replay.ENV, str(tmp_path / "store"))
+    errors = []
+    for d in "ab":
+        with pytest.raises(launch.LaunchError) as err:
+            course_lib.parity(cfg, tmp_path / d, timeout=300, collective_timeout=10**15)
+        errors.append(err.value)
+    assert str(errors[1]) == str(errors[0]) and "OverflowError" in str(errors[0])
+    assert (errors[1].rank, errors[1].step, errors[1].job) == (
+        errors[0].rank, errors[0].step, errors[0].job)
+    records = [LaunchRecord.read_all(tmp_path / d)[-1] for d in "ab"]
+    assert [(r.replayed, r.returncode != 0) for r in records] == [(False, True),
+                                                                  (True, True)]
+
+
 def test_a_rendezvous_port_taken_meanwhile_is_retried(tmp_path, cfg, monkeypatch):
     """free_port() releases the port before torchrun binds it: when another
     process takes it in between, the launch picks another port."""

@@ -11,10 +11,14 @@ launch with the same inputs:
   own sources; the torch version
 
 On a hit it copies the files that launch wrote into this --out; on a miss it
-runs, then stores what it wrote. A lock per key makes a second caller wait
-for the first instead of running the same job beside it. Launches with a
-fault, several nodes or restarts are never shared, and nothing is ever
-stored outside the DIR a session names (``make test`` makes a fresh one).
+runs, then stores what it wrote. A launch that fails in a worker (the
+uneven-microbatches check's deadlocks fail on purpose) is stored with its
+error, and its replay raises the same LaunchError; one that timed out, was
+interrupted or failed in the launcher is never stored. A lock per key makes
+a second caller wait for the first instead of running the same job beside
+it. Launches with a fault, several nodes or restarts are never shared, and
+nothing is ever stored outside the DIR a session names (``make test`` makes
+a fresh one).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch
 
 from course_lib.run import hooks, runlock
 from course_lib.run import progress as progress_mod
+from course_lib.run.diagnose import LaunchError
 from course_lib.run.launch import LaunchResult, resolve
 from course_lib.run.progress import Progress, Recorder
 from course_lib.run.runfile import LaunchRecord, RunFile, tag
@@ -106,10 +111,29 @@ def _copy(src: Path, dst: Path, files: list[Path]) -> None:
         shutil.copyfile(src / rel, dst / rel)  # a fresh mtime, as if written now
 
 
+def _stored_failure(err: LaunchError) -> dict | None:
+    """A worker's own failure, as the same inputs fail every time; None for
+    one that timing or the launcher decided (never shared)."""
+    if err.interrupted or err.rank is None or "timed out after" in str(err):
+        return None
+    return {"message": str(err), "rank": err.rank, "step": err.step, "job": err.job,
+            "log_tail": err.log_tail}
+
+
+class ReplayedFailure(Exception):
+    """A stored launch that failed: its files are in place, ``error`` is its
+    LaunchError."""
+
+    def __init__(self, error: LaunchError):
+        super().__init__(str(error))
+        self.error = error
+
+
 def run_or_replay(store: Path, run: RunFile, launch: Callable[[Progress], object],
                   sink: Progress, before_replay: Callable[[], None]) -> object | None:
     """``launch(progress)`` once per key; None when this call replayed a
-    stored launch (its files and its progress updates)."""
+    stored launch (its files and its progress updates); ReplayedFailure when
+    that launch failed."""
     k = key(run)
     entry, out = store / k, Path(run.out)
     with _locked(store / f"{k}.lock"):
@@ -120,17 +144,31 @@ def run_or_replay(store: Path, run: RunFile, launch: Callable[[Progress], object
             for update in json.loads((entry / "progress.json").read_text()):
                 sink.update(*update)
             sink.close()
+            if (entry / "error.json").exists():
+                fields = json.loads((entry / "error.json").read_text())
+                raise ReplayedFailure(LaunchError(fields.pop("message"), **fields))
             return None
         started = time.time() - 1.0  # mtimes come from a coarser clock
         recorder = Recorder(sink)
-        result = launch(recorder)
+        failure = None
+        try:
+            result = launch(recorder)
+        except LaunchError as err:
+            failure = _stored_failure(err)
+            if failure is None:
+                raise
+            error, result = err, None
         files = _written(out, started)
         tmp = store / f"{k}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         _copy(out, tmp / "tree", files)
         (tmp / "progress.json").write_text(json.dumps(recorder.updates))
+        if failure is not None:
+            (tmp / "error.json").write_text(json.dumps(failure))
         (tmp / "files.json").write_text(json.dumps([str(p) for p in files]))
         tmp.rename(entry)
+        if failure is not None:
+            raise error
         return result
 
 
@@ -151,15 +189,22 @@ def launch(run: RunFile, launch_now: Callable[[Progress | None], LaunchResult],
     assert store is not None
     out = Path(run.out)
     started, wall = time.monotonic(), time.time()
-    result = run_or_replay(store, run, launch_now, progress or progress_mod.make(),
-                           lambda: _forget_fresh_runs(run))
+    failed = None
+    try:
+        result = run_or_replay(store, run, launch_now, progress or progress_mod.make(),
+                               lambda: _forget_fresh_runs(run))
+    except ReplayedFailure as replayed:
+        result, failed = None, replayed.error
     if result is not None:
         return result  # type: ignore[return-value]
     seconds = time.monotonic() - started
     (out / "logs").mkdir(exist_ok=True)
     (out / "logs" / "torchrun.log").write_text(
-        f"replayed: an identical launch already ran in this session ({ENV})\n")
+        f"replayed: an identical launch already ran in this session ({ENV})\n"
+        + (f"{failed.log_tail}\n" if failed is not None else ""))
     world_size = run.config["train"]["world_size"]
-    LaunchRecord(wall, seconds, world_size, [tag(j) for j in run.jobs], 0,
-                 path="replayed").append_to(out)
+    LaunchRecord(wall, seconds, world_size, [tag(j) for j in run.jobs],
+                 0 if failed is None else -1, path="replayed").append_to(out)
+    if failed is not None:
+        raise failed
     return LaunchResult(0, seconds, resolve(run.backend, world_size, run.device))
