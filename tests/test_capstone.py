@@ -6,10 +6,16 @@ that cannot be graded gets one line and exit 2.
 Every file graded here shares two launches (``capstone.grade``: one per
 world size); a function that raises costs one launch each."""
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from course_lib.jobs import capstone
 from course_lib.jobs.capstone import CapstoneReport
+from course_lib.run.placement import free_port
 from tests.conftest import ROOT, course_lib_cli
 
 SHIPPED = ROOT / "examples" / "capstone" / "train.py"
@@ -182,3 +188,24 @@ def test_a_function_that_raises_in_the_job_is_named_in_one_line(tmp_path, name):
     *_, line = proc.stderr.strip().splitlines()
     assert proc.stderr.count("course-lib:") == 1, proc.stderr
     assert line.startswith(f"course-lib: error: raises_in_{name}.py: {name}() raised "), line
+
+
+@pytest.mark.torchrun
+def test_the_shipped_script_runs_as_its_docstring_says(tmp_path):
+    """Its own main, under torchrun: it trains, checkpoints and evaluates."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+           "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+           str(SHIPPED), "--updates", "2", "--save-every", "1", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            text=True, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:  # timed out: the agent and its workers go together
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{out}\n{err[-3000:]}"
+    assert "update 2/2: checkpoint" in out and "nats per token" in out, out
+    assert (tmp_path / "step-0001" / "state.pt").is_file()
+    assert (tmp_path / "step-0002" / "state.pt").is_file()
