@@ -5,7 +5,7 @@ another rank's traceback interleaved on the shared pipe; a flaky test is a
 defect, so this proves the fix under repetition. Each run is a fresh pytest
 process (one torchrun launch, ~5 s).
 
-    python benchmarks/crash_loop.py [--runs 20]
+    python benchmarks/crash_loop.py [--runs 20] [--quick]
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ TEST = "tests/test_torchrun.py::test_crashed_rank_is_named_with_its_step"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="one run")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 1
     passed, started = 0, time.monotonic()
     for i in range(1, args.runs + 1):
         proc = subprocess.run(

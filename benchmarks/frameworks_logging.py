@@ -3,7 +3,7 @@ training loss and eval_loss, accelerate's gather_for_metrics, Lightning's
 self.log(sync_dist=True), and each framework's correct recipe.
 
     .venv/bin/python benchmarks/frameworks_logging.py           # gpt2 and llama
-    .venv/bin/python benchmarks/frameworks_logging.py --quick   # llama only
+    .venv/bin/python benchmarks/frameworks_logging.py --quick   # llama only, nothing written
 
 One torchrun launch (2 ranks, gloo on CPU) of the ``frameworks_logging``
 job (``course_lib/jobs/frameworks_logging.py``) with the installed
@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one model (llama)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one model (llama); data/ is left as it is")
     parser.add_argument("--out", default=None, help="the launch's run directory "
                         "(default: a temporary one)")
     args = parser.parse_args()
@@ -45,7 +46,11 @@ def main() -> int:
         date=datetime.date.today().isoformat(), python=sys.version.split()[0],
         command="python benchmarks/frameworks_logging.py" + (" --quick" if args.quick else ""),
         stack=fl.stack(), run=report)
-    print(f"wrote {data.write().relative_to(ROOT)} in {time.monotonic() - started:.0f} s")
+    if args.quick:  # one model: not the committed table
+        print(f"{len(report.recipes)} recipes measured, {fl.LoggingData.path().name} "
+              "left as it is (--quick)")
+    else:
+        print(f"wrote {data.write().relative_to(ROOT)} in {time.monotonic() - started:.0f} s")
     wrong = [f"{r.framework} {r.model} {r.mode}" for r in report.recipes
              if r.verdict != fl.TOKEN_MEAN]
     if wrong:

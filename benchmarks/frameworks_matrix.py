@@ -3,6 +3,7 @@ registry, in a venv of its own, audited by ``course-lib frameworks``.
 
     .venv/bin/python benchmarks/frameworks_matrix.py            # every entry
     .venv/bin/python benchmarks/frameworks_matrix.py --only transformers-5.10.1
+    .venv/bin/python benchmarks/frameworks_matrix.py --quick  # this venv, nothing written
 
 Each entry gets ``runs/matrix/<name>/venv``: the pinned versions installed by
 pip into it, in front of this checkout's ``.venv`` (a ``.pth`` adds the
@@ -23,6 +24,7 @@ import json
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from course_lib.jobs.frameworks import (
     MatrixEntry,
     MatrixRow,
 )
+from course_lib.reports.store import to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "matrix"
@@ -129,11 +132,14 @@ def probe(name: str, pins: list[str], code: str, no_adapter: str) -> str:
     return no_adapter
 
 
-def audit(name: str, frameworks: str) -> tuple[list[FrameworkRow], str]:
-    python = venv(name)
-    out = OUT / name / "out"
+def audit(name: str, frameworks: str, python: Path | None = None, out: Path | None = None,
+          models: str = MODELS) -> tuple[list[FrameworkRow], str]:
+    """``course-lib frameworks`` in the entry's venv (or ``python``): its rows,
+    or why there are none."""
+    python = python or venv(name)
+    out = out or OUT / name / "out"
     cmd = [str(python), "-m", "course_lib", "frameworks", "--framework", frameworks,
-           "--model", MODELS, "--out", str(out), "--timeout", "600"]
+           "--model", models, "--out", str(out), "--timeout", "600"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     report = out / "reports" / "frameworks.json"
     if not report.exists() or proc.returncode == 2:
@@ -142,16 +148,52 @@ def audit(name: str, frameworks: str) -> tuple[list[FrameworkRow], str]:
     return list(FrameworksReport.load(out).rows), ""
 
 
+def matrix(entries: dict[str, MatrixEntry], command: str, models: str = MODELS) -> Matrix:
+    import torch
+
+    # The entries in the table's order (an entry dropped from it is dropped);
+    # --quick's one entry is in no table.
+    order = [n for n in [*ENTRIES, *TRIED] if n in entries] or list(entries)
+    return Matrix(
+        date=datetime.date.today().isoformat(), torch=torch.__version__,
+        python=sys.version.split()[0], command=command,
+        models=models.split(","), entries={n: entries[n] for n in order},
+        # The same rows as reports/frameworks.json, each with its entry's name.
+        rows=[MatrixRow(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)},
+                        entry=n) for n in order for row in entries[n].rows],
+    )
+
+
+def quick() -> int:
+    """One entry's whole path on the stack installed here: this venv (no pip),
+    the HF Trainer on GPT-2, the matrix built and read back, nothing written."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, reason = audit("installed", "hf", Path(sys.executable), Path(tmp), "gpt2")
+    entry = MatrixEntry([], "hf", "not run" if reason else "measured", reason, rows)
+    verdicts = ", ".join(f"{r.model} {r.verdict}" for r in rows) or reason
+    print(f"{'installed':<22} {time.monotonic() - started:6.1f} s  {verdicts}", flush=True)
+    found = matrix({"installed": entry}, "python benchmarks/frameworks_matrix.py --quick",
+                   "gpt2")
+    back = Matrix.from_dict(json.loads(to_json(found.to_dict())))
+    print(f"matrix: {len(back.rows)} rows, read back ({Matrix.path().name} left as it is)")
+    return 1 if reason else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="comma-separated entry names")
+    parser.add_argument("--quick", action="store_true",
+                        help="this venv's HF Trainer on GPT-2: no install, no file written")
     args = parser.parse_args()
+    if args.quick:
+        if args.only:
+            parser.error("--quick audits this venv: drop --only")
+        return quick()
     names = args.only.split(",") if args.only else [*ENTRIES, *TRIED]
     unknown = [n for n in names if n not in ENTRIES and n not in TRIED]
     if unknown:
         parser.error(f"--only: unknown entries {', '.join(unknown)}")
-    import torch
-
     entries = dict(Matrix.committed().entries) if Matrix.path().exists() else {}
     for name in names:
         started = time.monotonic()
@@ -170,17 +212,8 @@ def main() -> int:
                                     reason or "", rows)
         verdicts = ", ".join(f"{r.model} {r.verdict}" for r in rows) or reason
         print(f"{name:<22} {time.monotonic() - started:6.1f} s  {verdicts}", flush=True)
-    order = [n for n in [*ENTRIES, *TRIED] if n in entries]
-    Matrix(
-        date=datetime.date.today().isoformat(), torch=torch.__version__,
-        python=sys.version.split()[0],
-        command="python benchmarks/frameworks_matrix.py"
-                + (f" --only {args.only}" if args.only else ""),
-        models=MODELS.split(","), entries={n: entries[n] for n in order},
-        # The same rows as reports/frameworks.json, each with its entry's name.
-        rows=[MatrixRow(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)},
-                        entry=n) for n in order for row in entries[n].rows],
-    ).write()
+    matrix(entries, "python benchmarks/frameworks_matrix.py"
+           + (f" --only {args.only}" if args.only else "")).write()
     print(f"wrote {Matrix.path().relative_to(ROOT)}")
     return 0
 

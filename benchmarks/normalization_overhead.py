@@ -5,7 +5,7 @@ under ``global_token`` (one extra scalar all_reduce per window) and under
 ``mean_of_means``, alternating over the same windows, then prints
 median(global_token) / median(mean_of_means). Target: at most 1.05.
 
-    python benchmarks/normalization_overhead.py [--world-size 2] [--repeats 60]
+    python benchmarks/normalization_overhead.py [--world-size 2] [--repeats 60] [--quick]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 import course_lib
 from course_lib.core import paths
@@ -28,18 +29,21 @@ def main() -> int:
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--repeats", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=6)
+    parser.add_argument("--quick", action="store_true",
+                        help="2 windows per mode, no warm-up: the code path, not a figure")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.warmup = 2, 0
     cfg = course_lib.load_config()
     with tempfile.TemporaryDirectory() as tmp:
         job = BenchJob(windows=10, warmup=args.warmup, repeats=args.repeats)
-        launch.launch(cfg, tmp, [job], data_dir=paths.data_dir(),
+        launch.launch(cfg, Path(tmp), [job], data_dir=paths.data_dir(),
                       world_size=args.world_size, backend=args.backend)
-        r = BenchReport.load(tmp)
-    med = r["median_seconds"]
-    ratio = r["ratio_global_over_mean_of_means"]
-    print(f"{r['world_size']} ranks, {r['backend']} on {r['device']}, "
-          f"{r['windows_timed_per_mode']} windows per mode")
-    for mode, seconds in med.items():
+        r = BenchReport.load(Path(tmp))
+    ratio = r.ratio_global_over_mean_of_means
+    print(f"{r.world_size} ranks, {r.backend} on {r.device}, "
+          f"{r.windows_timed_per_mode} windows per mode")
+    for mode, seconds in r.median_seconds.items():
         print(f"  {mode:<14} median {1000 * seconds:7.2f} ms per window")
     verdict = "within" if ratio <= TARGET else "ABOVE"
     print(f"overhead ratio global_token / mean_of_means: {ratio:.3f} "

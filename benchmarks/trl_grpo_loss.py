@@ -1,6 +1,7 @@
 """TRL GRPO's real loss against the recipes' re-implementation, per loss type.
 
     .venv/bin/python benchmarks/trl_grpo_loss.py
+    .venv/bin/python benchmarks/trl_grpo_loss.py --quick  # this venv's trl, one case
 
 For each TRL version of the version matrix (the venvs of
 ``benchmarks/frameworks_matrix.py``, ``runs/matrix/trl-*/venv``), one
@@ -39,6 +40,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported late at run time: --worker needs none of it
+    from course_lib.jobs.recipes import LossRun
 
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / "runs" / "matrix"
@@ -54,45 +59,53 @@ CASES = {
 }
 
 
-def worker() -> list[dict]:
-    """In an entry's venv: every case against the installed trl."""
+def worker(cases: list[str]) -> list[dict]:
+    """In an entry's venv: these cases against the installed trl."""
     from course_lib.frameworks import trl_grpo
 
-    return trl_grpo.compare_all(CASES)
+    return trl_grpo.compare_all({k: CASES[k] for k in cases})
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--case", action="append", choices=list(CASES), help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true",
+                        help="this venv's trl on the first case only; nothing written")
     args = parser.parse_args()
+    cases = args.case or list(CASES)
     if args.worker:
-        print(json.dumps(worker()))
+        print(json.dumps(worker(cases)))
         return 0
     import torch
 
     from course_lib.frameworks.trl_grpo import WORLD
     from course_lib.jobs.recipes import LossRun, LossRuns
 
+    venvs = {entry: VENVS / entry / "venv" / "bin" / "python" for entry in ENTRIES}
+    if args.quick:
+        venvs, cases = {"installed": Path(sys.executable)}, cases[:1]
     runs: list[LossRun] = []
-    for entry in ENTRIES:
-        python = VENVS / entry / "venv" / "bin" / "python"
+    for entry, python in venvs.items():
         if not python.exists():
             why = f"no venv at {python.relative_to(ROOT)} (run benchmarks/frameworks_matrix.py)"
-            runs += [_not_run(LossRun, entry, suffix, case, why, WORLD)
-                     for suffix, case in CASES.items()]
+            runs += [_not_run(LossRun, entry, k, CASES[k], why, WORLD) for k in cases]
             continue
-        proc = subprocess.run([str(python), __file__, "--worker"], capture_output=True,
-                              text=True, cwd=ROOT)
+        proc = subprocess.run([str(python), __file__, "--worker",
+                               *(f"--case={k}" for k in cases)],
+                              capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             why = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-            runs += [_not_run(LossRun, entry, suffix, case, why, WORLD)
-                     for suffix, case in CASES.items()]
+            runs += [_not_run(LossRun, entry, k, CASES[k], why, WORLD) for k in cases]
             continue
         runs += [LossRun(**row) for row in json.loads(proc.stdout.strip().splitlines()[-1])]
     report = LossRuns(date=datetime.date.today().isoformat(), torch=torch.__version__,
                       command="python benchmarks/trl_grpo_loss.py", dtype="float64",
                       runs=runs)
-    print(f"wrote {report.write()}")
+    if args.quick:
+        print(f"{len(runs)} run(s), not written (--quick)")
+    else:
+        print(f"wrote {report.write()}")
     for r in runs:
         if r.status == "run":
             print(f"{r.key:<26} loss {r.loss_trl:+.6e} vs {r.loss_mine:+.6e} "
@@ -103,8 +116,8 @@ def main() -> int:
     return 0 if all(r.agrees for r in runs if r.status == "run") else 1
 
 
-def _not_run(cls, entry: str, suffix: str, case: tuple[str, int, int], why: str,
-             world: int):
+def _not_run(cls: type[LossRun], entry: str, suffix: str, case: tuple[str, int, int],
+             why: str, world: int) -> LossRun:
     loss_type, ga, spg = case
     return cls(key=f"{entry}/{suffix}", entry=entry, loss_type=loss_type, accumulation=ga,
                steps_per_generation=spg, world_size=world, status="not run", reason=why)

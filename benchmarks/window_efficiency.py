@@ -1,6 +1,6 @@
 """How close a DDP window comes to its compute floor.
 
-    .venv/bin/python benchmarks/window_efficiency.py [--repeats 40]
+    .venv/bin/python benchmarks/window_efficiency.py [--repeats 40] [--quick]
 
 One 2-rank launch times, round after round over the same 10 windows:
 
@@ -29,6 +29,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
 import course_lib
 from course_lib.core import paths
@@ -42,16 +43,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--quick", action="store_true",
+                        help="2 rounds, 1 warm-up: the code path, not a figure to trust")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.warmup = 2, 1
     cfg = course_lib.load_config()
     world = cfg.train.world_size
     with tempfile.TemporaryDirectory() as tmp:
-        launch.launch(cfg, tmp, [BenchJob(windows=WINDOWS, warmup=args.warmup,
+        launch.launch(cfg, Path(tmp), [BenchJob(windows=WINDOWS, warmup=args.warmup,
                                                repeats=args.repeats, alone=True)],
                       data_dir=paths.data_dir(), world_size=world, backend="gloo",
                       progress=progress.make("none"))
-        bench = BenchReport.load(tmp)
-    alone, ddp = bench["alone_seconds"], bench["global_token_seconds"]
+        bench = BenchReport.load(Path(tmp))
+    alone, ddp = bench.alone_seconds, bench.global_token_seconds
+    assert alone is not None and ddp is not None  # the job ran with alone=True
     for rank, seconds in enumerate(alone):
         print(f"rank {rank}'s share alone  {1000 * statistics.median(seconds):7.1f} ms, median")
     print(f"DDP window, {world} ranks    {1000 * statistics.median(ddp):7.1f} ms, median")

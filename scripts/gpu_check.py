@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Before torch is imported in this process (only gpu_count() and the host
 # report import it, lazily): torch.cuda.is_available() and device_count() then
@@ -422,7 +423,7 @@ def gpu_count() -> int:
 def no_gpu_message() -> str:
     try:
         import torch
-        version = torch.__version__
+        version = str(torch.__version__)
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "cpu build"
     except Exception as exc:  # torch itself is broken
         version, build = "unavailable", f"{type(exc).__name__}"
@@ -430,11 +431,11 @@ def no_gpu_message() -> str:
             "run it on a GPU host")
 
 
-def host_info() -> dict:
+def host_info() -> dict[str, Any]:
     import platform
 
     import torch
-    info = {"python": platform.python_version(), "torch": torch.__version__,
+    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     try:
