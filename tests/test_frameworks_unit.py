@@ -82,7 +82,9 @@ def test_the_committed_matrix_agrees_with_the_table():
     """data/frameworks-matrix.json (benchmarks/frameworks_matrix.py) against
     frameworks/expected.py: where a run and the reading disagree, the run
     wins and the table is fixed."""
-    from course_lib.frameworks.expected import expected_verdict
+    from packaging.version import Version
+
+    from course_lib.core.verdicts import Verdict
     from course_lib.jobs.frameworks import Matrix, predicted
 
     doc = Matrix.committed()
@@ -91,11 +93,16 @@ def test_the_committed_matrix_agrees_with_the_table():
     assert len({r.version for r in measured if r.framework == "hf"}) >= 7
     for r in measured:
         want = predicted(r)
-        verdict = expected_verdict(r.framework, r.version or "", r.model, r.flags)
+        # transformers 4.46.2 inverted no_sync (#34645): the reading names no
+        # formula there, only that the ranks disagree.
+        verdict = (Verdict.RANKS_DISAGREE if r.framework == "hf" and Version("4.46.2")
+                   <= Version(r.version or "0") < Version("4.46.3") else None)
         where = f"{r.entry} {r.model} {r.flags}"
         assert want is None or r.matches == want, f"{where}: {r.matches} != {want}"
         assert verdict is None or r.verdict == verdict, f"{where}: {r.verdict}"
         assert r.stack.get("torch"), f"{where}: the row names its torch"
+    assert any(r.verdict == Verdict.RANKS_DISAGREE for r in measured
+               if r.version == "4.46.2"), "the matrix holds the version the rule is about"
     for name, entry in doc.entries.items():
         assert entry.status in ("measured", "not run")
         assert entry.status == "measured" or entry.reason, f"{name}: no reason"

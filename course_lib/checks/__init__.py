@@ -19,7 +19,6 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     no_sync.CHECK,
 )}
 NAMES: tuple[str, ...] = tuple(CHECKS)
-IN_LAUNCH: tuple[str, ...] = tuple(n for n, c in CHECKS.items() if c.in_launch)
 
 
 class UnknownCheck(ValueError):
@@ -43,5 +42,5 @@ def select(names: list[str] | tuple[str, ...]) -> list[Check]:
     return [CHECKS[n] for n in names if CHECKS[n].in_launch]
 
 
-__all__ = ["CHECKS", "IN_LAUNCH", "NAMES", "Auditor", "Check", "CheckResult",
+__all__ = ["CHECKS", "NAMES", "Auditor", "Check", "CheckResult",
            "UnknownCheck", "parse", "select"]

@@ -63,10 +63,6 @@ def build_model(cfg: Config, dtype: torch.dtype | None = None) -> TinyLM:
     return model.to(dtype or getattr(torch, cfg.train.dtype))
 
 
-def n_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def supervised_mask(labels: torch.Tensor) -> torch.Tensor:
     """The positions the loss uses: the one definition of a token."""
     return labels != IGNORE_INDEX

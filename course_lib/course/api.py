@@ -242,7 +242,3 @@ def protocol_holds(out: Path) -> bool:
             and isinstance(e, EvaluationReport) and e.beats_untrained()
             and e.entropy_floor < e.loss_per_token)
 
-
-def summary_json(out: Path) -> dict[str, dict]:
-    """The protocol's reports, as the JSON they were written as."""
-    return {name: report.to_dict() for name, report in load_reports(out).items()}

@@ -15,6 +15,7 @@ before the first optimizer step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -89,7 +90,7 @@ def _docs_recipe(accelerator, ddp, model, optimizer, loader, ga) -> torch.Tensor
     count = accelerator.gather(count).sum().item()
     for i, batch in enumerate(batches):
         sync = i == len(batches) - 1
-        with accelerator.no_sync(ddp) if not sync else _nothing():
+        with accelerator.no_sync(ddp) if not sync else nullcontext():
             logits = ddp(input_ids=batch["input_ids"],
                          attention_mask=batch["attention_mask"]).logits
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
@@ -101,14 +102,6 @@ def _docs_recipe(accelerator, ddp, model, optimizer, loader, ga) -> torch.Tensor
     optimizer.step()
     optimizer.zero_grad()
     return grad
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 ADAPTER = AccelerateAdapter()

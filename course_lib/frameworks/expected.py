@@ -13,7 +13,6 @@ from typing import Any
 
 from packaging.version import Version
 
-from course_lib.core.verdicts import Verdict
 from course_lib.frameworks.candidates import EXACT
 
 # Hugging Face models whose ``loss_type`` resolves to ``ForCausalLMLoss``,
@@ -47,14 +46,6 @@ def _hf(version: str, model: str, average_tokens: bool) -> str | None:
         return EXACT.name if post_shift else "counted before the shift"
     # S / N_r', N_r' this rank's own count
     return "mean of rank means" if post_shift else "mean of rank means counted before the shift"
-
-
-def expected_verdict(framework: str, version: str, model: str, flags: dict[str, Any]
-                     ) -> Verdict | None:
-    """The verdict the reading predicts where it names no formula."""
-    if framework == "hf" and Version("4.46.2") <= Version(version) < Version("4.46.3"):
-        return Verdict.RANKS_DISAGREE
-    return None
 
 
 def expected(framework: str, version: str, model: str, flags: dict[str, Any],

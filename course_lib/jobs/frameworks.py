@@ -36,11 +36,6 @@ from course_lib.reports.store import Committed, Report, RunHeader
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
 
-# The rows' verdicts: a gradient judged (exact, scaled, biased), ranks that
-# disagree, or a configuration not run.
-VERDICTS = (Verdict.EXACT, Verdict.BIASED, Verdict.SCALED, Verdict.RANKS_DISAGREE,
-            Verdict.NOT_RUN)
-
 
 @dataclass(frozen=True)
 class Configuration:
@@ -82,7 +77,7 @@ class FrameworkRow:
     version: str | None
     model: str
     flags: dict[str, Any]
-    verdict: Verdict  # one of VERDICTS
+    verdict: Verdict  # exact, uniformly scaled, biased, ranks disagree or not run
     reason: str = ""  # why it was not run
     precision: str = "float32"  # the framework's compute precision (its tolerance)
     stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
