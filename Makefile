@@ -37,7 +37,7 @@ course: $(STAMP)
 # spreads a notebook's cells over its workers (its loadgroup mode does not
 # group them under pytest 9); with a scheduler of our own it ran no faster
 # than these two lanes. COURSE_REPLAY: a launch both lanes run happens once
-# (course_lib/_testing/replay.py). The first lane's report prints last.
+# (tests/machinery/replay.py). The first lane's report prints last.
 LANE := notebooks tests/test_faults.py tests/test_widgets.py
 # A job started with & by a non-interactive shell ignores SIGINT, and so would
 # everything it starts (Ctrl-C, and the interrupt tests); restore the default

@@ -25,7 +25,8 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from course_lib._testing import timing
+from support import timing  # benchmarks/support/, beside this script
+
 from course_lib.core import paths
 from course_lib.course import run_chapters as batch
 from course_lib.course import timings as cell_times

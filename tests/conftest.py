@@ -2,10 +2,8 @@ import contextlib
 import dataclasses
 import io
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -13,21 +11,12 @@ import pytest
 
 import course_lib
 from course_lib import cli
-from course_lib._testing import replay
 from course_lib.core import paths
 from course_lib.run import processes
+from tests.machinery import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
-
-
-def pytest_configure(config):
-    """One replay store per session (replay.py), unless `make test` already
-    named one for both of its pytest processes. nbval's kernels inherit it."""
-    if not os.environ.get(replay.ENV):
-        store = tempfile.mkdtemp(prefix="course-replay-")
-        os.environ[replay.ENV] = store
-        config.add_cleanup(lambda: shutil.rmtree(store, ignore_errors=True))
 
 
 @pytest.fixture(autouse=True)

@@ -90,7 +90,7 @@ def test_kill_tree_ends_a_stopped_process_group_without_waiting_for_sigkill():
 def test_launch_phases_split_a_launch_from_its_records(tmp_path):
     import json as _json
 
-    from course_lib._testing import timing
+    from benchmarks.support import timing
 
     LaunchRecord(started=100.0, seconds=10.0, world_size=2, jobs=["parity"],
                       returncode=0).append_to(tmp_path)

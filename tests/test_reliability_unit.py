@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from course_lib import cli
-from course_lib._testing import faults
 from course_lib.core import checkpoint, data, files
 from course_lib.core.model import build_model
 from course_lib.run import elastic, launch, progress, runlock
+from tests.machinery import faults
 
 # --- progress channel ------------------------------------------------------------
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import course_lib
-from course_lib._testing import replay
 from course_lib.core import checkpoint, paths
 from course_lib.core.normalize import MODES
 from course_lib.course.api import EvaluationReport
@@ -27,6 +26,7 @@ from course_lib.reports import logs
 from course_lib.run import launch, processes
 from course_lib.run.runfile import LaunchRecord
 from tests.conftest import ROOT, course_lib_cli, is_job, with_train
+from tests.machinery import replay
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 

@@ -80,7 +80,7 @@ class LaunchRecord:
     jobs: list[str]
     returncode: int
     # How torchrun started: "forkserver" or "plain"; "replayed" when a test
-    # session copied an identical launch instead (_testing/replay.py).
+    # session copied an identical launch instead (tests/machinery/replay.py).
     path: str = "forkserver"
 
     @property

@@ -1,5 +1,6 @@
 """Test-only faults, switched on by ``COURSE_FAULT`` (JSON) or ``fault=``;
-the workers reach them through ``run.hooks.before_update``.
+the workers' hook: the repository's conftest.py names this module in
+``COURSE_WORKER_HOOK``, which ``course_lib.run.hooks.before_update`` imports.
 
 Each fault fires on one step, on one rank or (without "rank") on every rank:
   {"kind": "noise", "step": 2}       the worker prints garbage on stdout and

@@ -1,0 +1,2 @@
+"""Pieces the benchmarks share (not benchmarks themselves: tests/test_benchmarks.py
+runs every benchmarks/*.py)."""
