@@ -185,15 +185,20 @@ def test_killing_the_cli_takes_torchrun_and_workers_with_it(tmp_path, popen):
 # --- one run per run directory -----------------------------------------------------
 
 
-def test_a_second_run_into_the_same_out_is_refused(tmp_path, popen):
+def test_a_second_run_into_the_same_out_is_refused(tmp_path, tmp_path_factory, popen):
+    # The first run waits at step 2 until the test lets it go: it is still
+    # running when the second one asks, however slow the machine.
+    go = tmp_path_factory.mktemp("event") / "go"
     first = _cli(popen, "train", "--stop-at", 12, "--out", tmp_path,
-                 env={"COURSE_FAULT": json.dumps({"delay": 0.4})})
+                 env={"COURSE_FAULT": json.dumps({"kind": "hold", "step": 2,
+                                                  "until": str(go)})})
     _wait_for_step(first, tmp_path, 1)
     second = course_lib_cli("train", "--stop-at", 3, "--out", tmp_path)
     assert first.poll() is None, "the first run must still be running"
     assert second.returncode == 2, second.stderr
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], second.stderr
+    go.touch()
     out, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert json.loads(out)["restarts"] == []

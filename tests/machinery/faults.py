@@ -12,6 +12,9 @@ Each fault fires on one step, on one rank or (without "rank") on every rank:
   {"kind": "crash", "rank": 1, "step": 3}
                                      the rank raises at that step
   {"delay": 0.05}                    every rank sleeps this long before each step
+  {"kind": "hold", "step": 2, "until": PATH}
+                                     the rank waits at that step until PATH
+                                     exists (the test's event), 300 s at most
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from pathlib import Path
 
 from course_lib.core import files
 
@@ -57,6 +61,17 @@ def _disk_full_writes() -> None:
     files.write_durably = write_half_then_fail
 
 
+HOLD_LIMIT = 300.0
+
+
+def _hold(until: Path) -> None:
+    deadline = time.monotonic() + HOLD_LIMIT
+    while not until.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"injected hold: {until} never appeared")
+        time.sleep(0.02)
+
+
 def inject(fault: dict, rank: int, step: int) -> None:
     if not _fires(fault, rank, step):
         return
@@ -64,6 +79,8 @@ def inject(fault: dict, rank: int, step: int) -> None:
         _noise()
     elif fault.get("kind") == "enospc":
         _disk_full_writes()
+    elif fault.get("kind") == "hold":
+        _hold(Path(fault["until"]))
 
 
 def before_update(fault: dict, rank: int, step: int) -> None:
