@@ -183,3 +183,19 @@ def test_a_killed_server_takes_its_agent_and_the_next_launch_starts_another(tmp_
         assert psutil.Process(again.pid).parent().pid != server.pid
     finally:
         processes.kill_tree(again, grace=2.0)
+
+
+# --- what a worker imports ------------------------------------------------------------
+
+
+def test_a_worker_starts_without_the_frameworks():
+    """A worker imports its module and every job kind at start; only the
+    frameworks' job imports transformers and its kin, when it runs."""
+    heavy = ("transformers", "trl", "accelerate", "lightning", "datasets", "peft",
+             "unsloth", "matplotlib", "pandas", "ipywidgets")
+    code = ("import sys, course_lib.jobs.worker\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
