@@ -484,6 +484,13 @@ def _test_targets(count: int) -> int:
     return sum(len(data.sequences[i]) - 1 for i in data.splits["test"][:count])
 
 
+def _shard_size(world_size: int) -> int:
+    """08: the sequences DistributedSampler hands each rank of the test split."""
+    from course_lib.course.api import corpus, load_config
+
+    return -(-len(corpus(load_config()).splits["test"]) // world_size)
+
+
 # --- the questions, keyed by the chapter's slug (05_ddp_parity -> ddp_parity) ---------
 
 QUESTIONS: dict[str, Question] = {
@@ -697,6 +704,11 @@ QUESTIONS: dict[str, Question] = {
               lambda e: _floor_gap_band(e.above_floor_by)),
         "a small model, a first-order source and 100 SGD updates: how much of "
         "the gap from the untrained loss can it close?", options=FLOOR_GAP_BANDS),
+    "evaluation.predict_shard": Question(
+        "The test split holds 256 sequences. On 3 ranks, how many sequences "
+        "does DistributedSampler (drop_last=False) hand each rank?", "number",
+        lambda: _shard_size(3),
+        "every rank runs the same number of samples, and none is left out"),
     "evaluation.1": Question(
         "If every transition row of the source were uniform over the 32 "
         "symbols, what would its entropy floor be, in nats per token?", "number",
@@ -716,6 +728,13 @@ QUESTIONS: dict[str, Question] = {
         "On a large test set, can a model's loss sit well below the entropy "
         "floor?", "choice", "no", "what does the floor bound?",
         options=("yes", "no")),
+    "evaluation.5": Question(
+        "Evaluate the same checkpoint on 2 ranks (world_size=2). Which of the "
+        "two wrong combinations still differs from the one-process value?",
+        "choice", "mean of rank means",
+        "does 2 divide 256? and do the two halves of the test split hold the "
+        "same loss per token?",
+        options=("repeats kept", "mean of rank means", "both", "neither")),
     # 09 the exercise
     "exercise.predict_mom": Question(
         "The skewed scenario (12 and 36 tokens, losses 1 and 3 per token): the "

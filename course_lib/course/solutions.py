@@ -188,6 +188,9 @@ REASONING: dict[str, str] = {
         "The source is first-order and the model sees each transition many times "
         "in 100 updates, so it closes nearly all of the gap from the untrained "
         "loss: the chapter's run measures how little is left.",
+    "evaluation.predict_shard":
+        "The sampler pads the list with its first entries until 3 divides it: "
+        "258 = 3 * 86, so every rank gets 86, and two sequences are scored twice.",
     "evaluation.1":
         "A uniform row over 32 symbols has entropy log 32, and the floor averages "
         "the rows' entropies: log 32, about 3.466 nats per token.",
@@ -202,6 +205,10 @@ REASONING: dict[str, str] = {
         "No: the entropy floor bounds the expected loss of every model on data "
         "drawn from the corpus's distribution; a large test set sits at most a "
         "sampling error below it.",
+    "evaluation.5":
+        "2 divides 256, so the sampler adds no repeat and the sums with repeats "
+        "kept are the token-weighted ones; the two halves hold different token "
+        "counts and losses, so their means' average is not the token mean.",
     # 09 exercise
     "exercise.predict_mom":
         "The local means are 1 and 3, and their average is 2, whatever the "
