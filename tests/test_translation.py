@@ -100,6 +100,7 @@ def test_a_change_of_prose_keeps_the_outputs(tmp_path, monkeypatch):
     ran = translation.build("99_x")
     ran["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "1\n"}]
     ran["cells"][2]["execution_count"] = 2
+    ran["metadata"]["widgets"] = {"state": {"m1": {"model_name": "FloatSliderModel"}}}
     entries["a"]["fr"] = "# Le titre"
     _chapter(tmp_path, monkeypatch, cells, entries)
     rebuilt = translation.build("99_x")
@@ -108,3 +109,6 @@ def test_a_change_of_prose_keeps_the_outputs(tmp_path, monkeypatch):
     assert kept["cells"][0]["source"] == ["# Le titre"]
     assert kept["cells"][2]["outputs"] == ran["cells"][2]["outputs"]
     assert kept["cells"][2]["execution_count"] == 2
+    # the widget state the kept outputs show, and the edition's mark
+    assert kept["metadata"]["widgets"] == ran["metadata"]["widgets"]
+    assert kept["metadata"]["course_edition"] == "fr"

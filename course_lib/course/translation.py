@@ -147,7 +147,10 @@ def _code(nb: dict) -> list[tuple[str, str]]:
 
 
 def keep_outputs(nb: dict, old: dict) -> dict:
-    """``nb`` with the outputs of ``old``'s code cells, whose code is the same."""
+    """``nb`` with the outputs of ``old``'s code cells, whose code is the same,
+    and ``old``'s notebook metadata: the widget state that those outputs
+    point to lives there, not in the cells."""
+    nb["metadata"] = copy.deepcopy(old["metadata"])
     ran = {c["id"]: c for c in old["cells"] if c["cell_type"] == "code"}
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
