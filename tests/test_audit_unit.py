@@ -3,14 +3,17 @@
 import dataclasses
 
 import pytest
+import torch
 
 from course_lib import checks, steps
 from course_lib.checks import CheckResult
 from course_lib.checks.world_size import WORLD_SIZES
+from course_lib.core import objectives
 from course_lib.jobs import audit as audits
 from course_lib.jobs import world_size
 from course_lib.jobs.audit import AuditReport
 from course_lib.rank import harness
+from course_lib.rank.context import JobState, RankContext
 from course_lib.steps import catalog
 
 STEP_FILE = '''
@@ -155,3 +158,22 @@ def test_audit_report_round_trips(tmp_path):
     with pytest.raises(ValueError, match="lacks field 'passed'"):
         AuditReport.from_dict({k: v for k, v in dataclasses.asdict(report).items()
                                if k != "passed"})
+
+
+def _rank_context(cfg, corpus, out) -> RankContext:
+    """Rank 0 of a launch, in this process: enough for the references (no collective)."""
+    return RankContext(cfg, 0, cfg.train.world_size, "gloo", torch.device("cpu"), corpus,
+                       JobState(out=out))
+
+
+def test_each_objective_gets_its_own_parity_reference(cfg, corpus, tmp_path):
+    # One launch may audit several objectives: one context, the token mean
+    # first, then the sequence mean, whose reference a fresh context computes.
+    shared = _rank_context(cfg, corpus, tmp_path)
+    with objectives.auditing(objectives.parse("token")):
+        token = harness.parity_reference(shared).grad
+    with objectives.auditing(objectives.parse("sequence")):
+        sequence = harness.parity_reference(shared).grad
+        alone = harness.parity_reference(_rank_context(cfg, corpus, tmp_path)).grad
+    assert not torch.allclose(token, alone)  # the objectives differ on this window
+    assert torch.equal(sequence, alone)

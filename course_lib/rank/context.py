@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -93,8 +94,9 @@ class RankContext:
                                                          self.world_size)
         return self._cache["parity_layout"]
 
-    def cached(self, key: str, make):
-        """``make()`` once per context: rank 0's reference of the parity window."""
+    def cached(self, key: Hashable, make):
+        """``make()`` once per context and key: rank 0's reference of the
+        parity window, keyed by the objective it is the reference of."""
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]

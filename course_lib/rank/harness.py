@@ -198,8 +198,11 @@ def compare_ranks(grads: list[torch.Tensor], ref: torch.Tensor,
 
 
 def parity_reference(ctx: RankContext) -> Reference:
-    """Rank 0 only: the reference gradient of the parity window, once per context."""
-    return ctx.cached("parity_reference", lambda: window_reference(ctx, ctx.parity_layout()))
+    """Rank 0 only: the reference gradient of the parity window, once per
+    context and objective (one launch may audit several objectives)."""
+    objective = objectives.active()
+    return ctx.cached(("parity_reference", objective.spec),
+                      lambda: window_reference(ctx, ctx.parity_layout()))
 
 
 # --- layouts: the same sequences, arranged another way ------------------------------
