@@ -33,12 +33,14 @@ course: $(STAMP)
 
 # Two pytest processes side by side, one per core: the chapters (nbval, in
 # order: they share runs/course), the fault tests, which mostly wait, and the
-# widget tests (to even the lanes out), beside every other test. pytest-xdist
-# spreads a notebook's cells over its workers (its loadgroup mode does not
-# group them under pytest 9); with a scheduler of our own it ran no faster
-# than these two lanes. COURSE_REPLAY: a launch both lanes run happens once
+# files that even the lanes out by their measured times (`make test-times`
+# prints both lanes' times and the slowest tests), beside every other test.
+# pytest-xdist spreads a notebook's cells over its workers (its loadgroup mode
+# does not group them under pytest 9); with a scheduler of our own it ran no
+# faster than these two lanes. COURSE_REPLAY: a launch both lanes run happens once
 # (tests/machinery/replay.py). The first lane's report prints last.
-LANE := notebooks tests/test_faults.py tests/test_widgets.py
+LANE := notebooks tests/test_faults.py tests/test_widgets.py tests/test_frameworks.py \
+        tests/test_capstone.py
 # A job started with & by a non-interactive shell ignores SIGINT, and so would
 # everything it starts (Ctrl-C, and the interrupt tests); restore the default
 # in both lanes, so that `make test &` from a script tests the same thing.
@@ -51,11 +53,20 @@ test: $(STAMP)
 	$(BIN)/mypy
 	@mkdir -p runs
 	@export COURSE_REPLAY=$$(mktemp -d); \
-	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) > runs/lane.log 2>&1 & lane=$$!; \
-	$(SIGINT_DFL) $(BIN)/python -m pytest tests $(LANE:%=--ignore=%); rest=$$?; \
+	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) --junitxml=runs/test-lane1.xml \
+	  > runs/lane.log 2>&1 & lane=$$!; \
+	$(SIGINT_DFL) $(BIN)/python -m pytest tests $(LANE:%=--ignore=%) \
+	  --junitxml=runs/test-lane2.xml; rest=$$?; \
 	wait $$lane; first=$$?; \
 	echo "--- $(LANE) ---"; cat runs/lane.log; \
 	rm -rf "$$COURSE_REPLAY"; exit $$(( rest || first ))
+
+# Each lane's time and the twenty slowest tests of the last `make test`
+# (runs/test-lane1.xml and runs/test-lane2.xml).
+.PHONY: test-times
+
+test-times: $(STAMP)
+	$(BIN)/python scripts/test_times.py --top 20
 
 # ruff, then the layers of ARCHITECTURE.md (import-linter), then the types.
 lint: $(STAMP)
