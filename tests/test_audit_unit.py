@@ -170,10 +170,9 @@ def test_each_objective_gets_its_own_parity_reference(cfg, corpus, tmp_path):
     # One launch may audit several objectives: one context, the token mean
     # first, then the sequence mean, whose reference a fresh context computes.
     shared = _rank_context(cfg, corpus, tmp_path)
-    with objectives.auditing(objectives.parse("token")):
-        token = harness.parity_reference(shared).grad
-    with objectives.auditing(objectives.parse("sequence")):
-        sequence = harness.parity_reference(shared).grad
-        alone = harness.parity_reference(_rank_context(cfg, corpus, tmp_path)).grad
+    token = harness.parity_reference(shared.auditing("token")).grad
+    sequence = harness.parity_reference(shared.auditing("sequence")).grad
+    alone = harness.parity_reference(_rank_context(cfg, corpus, tmp_path).auditing(
+        objectives.parse("sequence"))).grad
     assert not torch.allclose(token, alone)  # the objectives differ on this window
     assert torch.equal(sequence, alone)

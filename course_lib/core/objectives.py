@@ -38,9 +38,8 @@ An objective is named on the command line as ``token``, ``sequence``,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -257,21 +256,3 @@ def token_weights(objective: Objective, labels: Sequence[torch.Tensor]) -> list[
     grads = torch.autograd.grad(numerator / objective.normalizer(labels), losses)
     return [g * supervised_mask(lb) for g, lb in zip(grads, labels, strict=True)]
 
-
-# The objective the rank's job audits: steps written for one objective read
-# it here (a constant's C), since a step's signature carries no objective.
-_ACTIVE: list[Objective] = [OBJECTIVES[DEFAULT]]
-
-
-def active() -> Objective:
-    return _ACTIVE[-1]
-
-
-@contextlib.contextmanager
-def auditing(objective: Objective) -> Iterator[None]:
-    """The objective a job's steps and references use, for the job's length."""
-    _ACTIVE.append(objective)
-    try:
-        yield
-    finally:
-        _ACTIVE.pop()

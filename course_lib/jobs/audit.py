@@ -89,25 +89,24 @@ class BugsReport(RunHeader, Report):
 def run_rank(ctx: RankContext, spec: AuditJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     todo = checks.select(spec.checks)
-    objective = objectives.parse(spec.objective)
-    catalog = CATALOGS.get(objective.name, {})
-    with objectives.auditing(objective):
-        for i, name in enumerate(spec.steps):
-            step = load(name)
-            ctx.state.audited = step.name
-            ctx.log("audit_step", step=step.name)
-            found = checks.Auditor(ctx, step, spec.trajectory_updates).run(todo)
-            if ctx.rank == 0:
-                results = {k: v for k, v in found.items() if v is not None}
-                AuditReport(
-                    **ctx.header().fields(),
-                    step=step.name, kind=catalog.get(step.name, step).kind,
-                    description=step.description,
-                    compared_values=int(harness.parity_reference(ctx).grad.numel()),
-                    checks=results, passed=all(c.passed for c in results.values()),
-                    objective=objective.spec,
-                ).save(ctx.out, AuditReport.file_name(step.name))
-            ctx.progress("audit", i + 1, len(spec.steps))
+    ctx = ctx.auditing(spec.objective)
+    catalog = CATALOGS.get(ctx.objective.name, {})
+    for i, name in enumerate(spec.steps):
+        step = load(name)
+        ctx.state.audited = step.name
+        ctx.log("audit_step", step=step.name)
+        found = checks.Auditor(ctx, step, spec.trajectory_updates).run(todo)
+        if ctx.rank == 0:
+            results = {k: v for k, v in found.items() if v is not None}
+            AuditReport(
+                **ctx.header().fields(),
+                step=step.name, kind=catalog.get(step.name, step).kind,
+                description=step.description,
+                compared_values=int(harness.parity_reference(ctx).grad.numel()),
+                checks=results, passed=all(c.passed for c in results.values()),
+                objective=ctx.objective.spec,
+            ).save(ctx.out, AuditReport.file_name(step.name))
+        ctx.progress("audit", i + 1, len(spec.steps))
     ctx.state.audited = None
 
 
@@ -168,10 +167,12 @@ def with_dtype(cfg: Config, dtype: str | None) -> Config:
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, dtype=dtype))
 
 
-def parse_objective(text: str | None, cfg: Config | None = None) -> objectives.Objective:
-    """The objective, and with ``cfg``: packed rows that fit the model."""
+def parse_objective(text: str | objectives.Objective | None,
+                    cfg: Config | None = None) -> objectives.Objective:
+    """The objective (parsed here, at the boundary, unless it already is),
+    and with ``cfg``: packed rows that fit the model."""
     try:
-        found = objectives.parse(text)
+        found = text if isinstance(text, objectives.Objective) else objectives.parse(text)
     except objectives.ObjectiveError as exc:
         raise AuditInputError(str(exc)) from None
     if cfg is not None and found.packing and found.packing > cfg.data.max_length:
@@ -184,7 +185,8 @@ def parse_objective(text: str | None, cfg: Config | None = None) -> objectives.O
 def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | None = None,
           *, dtype: str | None = None, data_dir: Path | None = None,
           trajectory_updates: int = 5, step_timeout: float = 60.0,
-          extra_jobs: tuple[JobSpec, ...] = (), objective: str | None = None,
+          extra_jobs: tuple[JobSpec, ...] = (),
+          objective: str | objectives.Objective | None = None,
           **kw: Any) -> dict[str, AuditReport]:
     """Run the checks on each step against ``objective``'s reference (the
     token mean by default); write and return ``audit-<step>.json``.
@@ -234,7 +236,7 @@ def bugs(cfg: Config, out: Path, objective: str | None = None, **kw: Any) -> Bug
     the token mean's by default) through every check -> ``reports/bugs.json``."""
     unit = parse_objective(objective, cfg)
     catalog = CATALOGS[unit.name]
-    found = audit(cfg, out, list(catalog), list(checks.NAMES), objective=unit.spec, **kw)
+    found = audit(cfg, out, list(catalog), list(checks.NAMES), objective=unit, **kw)
     rows = {}
     for name, report in found.items():
         info = catalog[name]

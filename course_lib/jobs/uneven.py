@@ -54,21 +54,21 @@ def failure_path(out: Path, step: str) -> Path:
 def run_rank(ctx: RankContext, spec: UnevenJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     layout = harness.uneven_layout(ctx.parity_layout(), ctx.corpus, spec.max_tokens)
-    with objectives.auditing(objectives.parse(spec.objective)):
-        ref = harness.window_reference(ctx, layout) if ctx.rank == 0 else None
-        for i, name in enumerate(spec.steps):
-            step = load(name)
-            ctx.state.audited, ctx.state.check = step.name, NAME
-            ctx.log("audit_step", step=step.name)
-            # No sync probe: its collective before each forward would pair
-            # with nothing on the rank that ran out of microbatches.
-            out = Auditor(ctx, step).outcome(layout, probe=False)
-            if ref is not None:  # rank 0
-                path = result_path(ctx.out, step.name)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"grads": out.grads, "reference": ref.grad,
-                            "microbatches": [len(r) for r in layout]}, path)
-            ctx.progress("uneven microbatches", i + 1, len(spec.steps))
+    ctx = ctx.auditing(spec.objective)
+    ref = harness.window_reference(ctx, layout) if ctx.rank == 0 else None
+    for i, name in enumerate(spec.steps):
+        step = load(name)
+        ctx.state.audited, ctx.state.check = step.name, NAME
+        ctx.log("audit_step", step=step.name)
+        # No sync probe: its collective before each forward would pair
+        # with nothing on the rank that ran out of microbatches.
+        out = Auditor(ctx, step).outcome(layout, probe=False)
+        if ref is not None:  # rank 0
+            path = result_path(ctx.out, step.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"grads": out.grads, "reference": ref.grad,
+                        "microbatches": [len(r) for r in layout]}, path)
+        ctx.progress("uneven microbatches", i + 1, len(spec.steps))
     ctx.state.audited = ctx.state.check = None
 
 

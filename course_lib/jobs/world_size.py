@@ -49,16 +49,16 @@ def grad_path(out: Path, world_size: int, step: str) -> Path:
 def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     layout = harness.world_size_layout(spec.sequence_ids, ctx.world_size, spec.batch_size)
-    with objectives.auditing(objectives.parse(spec.objective)):
-        for i, name in enumerate(spec.steps):
-            step = load(name)
-            ctx.state.audited, ctx.state.check = step.name, NAME
-            out = Auditor(ctx, step).outcome(layout)
-            if ctx.rank == 0:
-                path = grad_path(ctx.out, ctx.world_size, step.name)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"grads": out.grads, "local_tokens": out.local_tokens}, path)
-            ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
+    ctx = ctx.auditing(spec.objective)
+    for i, name in enumerate(spec.steps):
+        step = load(name)
+        ctx.state.audited, ctx.state.check = step.name, NAME
+        out = Auditor(ctx, step).outcome(layout)
+        if ctx.rank == 0:
+            path = grad_path(ctx.out, ctx.world_size, step.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"grads": out.grads, "local_tokens": out.local_tokens}, path)
+        ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
     ctx.state.audited = ctx.state.check = None
 
 

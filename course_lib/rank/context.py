@@ -1,13 +1,16 @@
 """What one rank knows inside a torchrun job, and where it is in its jobs.
 
 ``RankContext`` is fixed for the launch: the config, this rank, the world,
-the device and the corpus. ``JobState`` is the one mutable part: which job,
-step function, check and update the rank is in. The launcher's diagnosis
+the device and the corpus; a job that audits an objective runs on a copy
+that carries it (``auditing``), and the harness and the steps read it
+there. ``JobState`` is the one mutable part: which job, step function,
+check and update the rank is in. The launcher's diagnosis
 reads it back from the rank's log when something fails.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Hashable
@@ -17,6 +20,7 @@ from typing import IO, Any
 
 import torch
 
+from course_lib.core import objectives
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, parity_window
 from course_lib.reports.store import RunHeader
@@ -76,6 +80,8 @@ class RankContext:
     state: JobState
     fault: dict = field(default_factory=dict)
     logs: RankLog = field(default_factory=RankLog)
+    # What the job's references and the steps written for an objective use.
+    objective: objectives.Objective = objectives.OBJECTIVES[objectives.DEFAULT]
     # Per context, never copied by dataclasses.replace: a context with
     # another config must not see this one's window.
     _cache: dict = field(init=False, default_factory=dict, repr=False, compare=False)
@@ -86,6 +92,16 @@ class RankContext:
 
     def describe(self) -> str:
         return self.state.describe()
+
+    def auditing(self, objective: objectives.Objective | str) -> RankContext:
+        """This context for a job that audits ``objective`` (or its spec,
+        as a job's spec carries it: parsed here, once per job). The copy
+        shares the cache: the window is the same, and references are keyed
+        by their objective."""
+        found = objectives.parse(objective) if isinstance(objective, str) else objective
+        copy = dataclasses.replace(self, objective=found)
+        object.__setattr__(copy, "_cache", self._cache)
+        return copy
 
     def parity_layout(self) -> list:
         """The plan's window at ``parity.step``, for this launch's world size."""

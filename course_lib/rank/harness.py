@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from course_lib.core import objectives
 from course_lib.core.data import Corpus, Packing, collate
 from course_lib.core.model import build_model
 from course_lib.core.normalize import Microbatch, window_count
@@ -41,7 +40,7 @@ def packing_of(cfg, width: int) -> Packing:
 
 def packing(ctx: RankContext) -> Packing | None:
     """The packed rows the audited objective asks for (``document:WIDTH``), or None."""
-    width = objectives.active().packing
+    width = ctx.objective.packing
     return packing_of(ctx.cfg, width) if width else None
 
 
@@ -156,7 +155,7 @@ def run_step(ctx: RankContext, step: StepInfo, ddp: DDP,
     ddp.zero_grad(set_to_none=True)
     watch = SyncProbe(ddp) if probe else None
     try:
-        step.func(ddp, micro, ctx.world_size)
+        step.call(ddp, micro, ctx.world_size, ctx.objective)
     finally:
         if watch is not None:
             watch.remove()
@@ -176,13 +175,13 @@ class Reference:
 def window_reference(ctx: RankContext, layout: Layout, state: dict | None = None,
               corpus: Corpus | None = None) -> Reference:
     """One process, every rank's sequences: the gradient of the token mean,
-    or of the objective the job audits (``objectives.active()``)."""
+    or of the objective the job audits (``ctx.objective``)."""
     model = build_model(ctx.cfg).to(ctx.device).eval()
     if state is not None:
         model.load_state_dict(state)
     everything = [mb for r in range(len(layout))
                   for mb in microbatches(ctx, layout, r, corpus)]
-    grad, n, loss = reference_gradient(model, everything, objectives.active())
+    grad, n, loss = reference_gradient(model, everything, ctx.objective)
     return Reference(grad.double().cpu(), n, loss)
 
 
@@ -200,8 +199,7 @@ def compare_ranks(grads: list[torch.Tensor], ref: torch.Tensor,
 def parity_reference(ctx: RankContext) -> Reference:
     """Rank 0 only: the reference gradient of the parity window, once per
     context and objective (one launch may audit several objectives)."""
-    objective = objectives.active()
-    return ctx.cached(("parity_reference", objective.spec),
+    return ctx.cached(("parity_reference", ctx.objective.spec),
                       lambda: window_reference(ctx, ctx.parity_layout()))
 
 

@@ -4,7 +4,9 @@ A step is one accumulation window of one rank, without the optimizer::
 
     def step(model, microbatches, world_size) -> None
 
-See ``course_lib.steps`` for the contract.
+See ``course_lib.steps`` for the contract. The built-in steps written for
+any objective (``steps.objectives``) take the audited objective as a fourth
+argument, which the harness passes (``StepInfo.call``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from course_lib.core.model import loss_sum
 from course_lib.core.normalize import Microbatch, deferred_sync
+from course_lib.core.objectives import Objective
 
 # A step may return the loss it logged (the recipes do); the audit ignores it.
 Step = Callable[[DDP, Sequence[Microbatch], int], float | None]
@@ -42,14 +45,23 @@ class StepInfo:
     kind: str  # "correct" or "bug"
     description: str  # what the step does, in one line
     why: str  # why that is right or wrong, in one line
+    takes_objective: bool = False  # func(model, microbatches, world_size, objective)
+
+    def call(self, model: DDP, microbatches: Sequence[Microbatch], world_size: int,
+             objective: Objective) -> float | None:
+        """Run the step once, with the audited objective where it takes one."""
+        if self.takes_objective:
+            return self.func(model, microbatches, world_size, objective)  # type: ignore[call-arg]
+        return self.func(model, microbatches, world_size)
 
     @property
     def setup(self) -> Callable[[DDP, int], None] | None:
         return getattr(self.func, "setup", None)
 
 
-def info(func: Step, kind: str, description: str, why: str) -> StepInfo:
-    return StepInfo(func.__name__, func, kind, description, why)
+def info(func: Callable[..., float | None], kind: str, description: str, why: str,
+         takes_objective: bool = False) -> StepInfo:
+    return StepInfo(func.__name__, func, kind, description, why, takes_objective)
 
 
 def backprop_each(model: nn.Module, microbatches: Sequence[Microbatch],

@@ -1,8 +1,9 @@
 """Steps for any objective of ``core.objectives``: one correct design
 (the distributed rule of ``core.objectives``) and the bugs each invites.
 
-A step reads the objective the job audits (``objectives.active()``), since
-its signature carries none; the bugs below are each written for one
+Each step takes the objective the job audits as a fourth argument, after
+``(model, microbatches, world_size)``: the harness passes the rank
+context's (``StepInfo.call``). The bugs below are each written for one
 objective. ``CATALOGS`` maps an objective to the steps ``course-lib bugs
 --objective`` runs: the token mean keeps the built-in catalog.
 """
@@ -17,26 +18,23 @@ import torch.distributed as dist
 from course_lib.core import objectives
 from course_lib.core.model import count_tokens, supervised_mask
 from course_lib.core.normalize import EmptyWindowError, Microbatch, deferred_sync, window_count
-from course_lib.steps.base import StepInfo, backprop_each, info
+from course_lib.core.objectives import Objective
+from course_lib.steps.base import StepInfo, backprop_each
+from course_lib.steps.base import info as plain_info
 from course_lib.steps.catalog import BUILTIN, global_token
-
-
-def _numerator(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return objectives.active().microbatch_numerator(logits, labels)
 
 
 def _params(model) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
-def _backprop_with_penalty(model, microbatches, scale, penalty_at) -> None:
+def _backprop_with_penalty(model, microbatches, o: Objective, scale, penalty_at) -> None:
     """Backprop ``scale(numerator, labels)`` on every microbatch, plus the
     objective's window penalty times ``penalty_at(index, rank)`` (0: none)."""
-    o = objectives.active()
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     for index, (inputs, labels) in deferred_sync(model, microbatches):
         logits = model(inputs)
-        loss = scale(_numerator(logits, labels), labels)
+        loss = scale(o.microbatch_numerator(logits, labels), labels)
         weight = penalty_at(index, rank)
         penalty = o.window_penalty(_params(model)) if weight else None
         if penalty is not None:
@@ -56,11 +54,10 @@ def summed_over_ranks(local: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _global_normalizer(microbatches: Sequence[Microbatch]) -> torch.Tensor:
+def _global_normalizer(microbatches: Sequence[Microbatch], o: Objective) -> torch.Tensor:
     """The objective's normalizer over every rank: C, or the all-reduced sum
     of every microbatch's denominator. Every rank takes part, and every
     rank refuses an empty window together."""
-    o = objectives.active()
     if o.constant is not None:
         return torch.tensor(o.constant, dtype=torch.float64, device=microbatches[0][1].device)
     total = summed_over_ranks(o.local_denominator(_labels(microbatches)))
@@ -72,14 +69,14 @@ def _global_normalizer(microbatches: Sequence[Microbatch]) -> torch.Tensor:
 # --- the correct design ------------------------------------------------------------
 
 
-def objective_global(model, microbatches, world_size):
+def objective_global(model, microbatches, world_size, objective: Objective):
     """Each rank backprops W * numerator_r / normalizer, the normalizer
     all-reduced first (or C); DDP's mean gives the window's objective. A
     penalty on the parameters enters once per rank, on the last
     microbatch: DDP's mean of W equal terms is the term once."""
-    den = _global_normalizer(microbatches)
+    den = _global_normalizer(microbatches, objective)
     last = len(microbatches) - 1
-    _backprop_with_penalty(model, microbatches,
+    _backprop_with_penalty(model, microbatches, objective,
                            lambda num, lb: num * world_size / den.to(num.dtype),
                            lambda index, rank: 1.0 if index == last else 0.0)
 
@@ -87,22 +84,22 @@ def objective_global(model, microbatches, world_size):
 # --- bugs, whatever the normalizer -----------------------------------------------------
 
 
-def local_normalizer(model, microbatches, world_size):
-    den = objectives.active().local_denominator(_labels(microbatches))
-    backprop_each(model, microbatches,
-                  lambda lg, lb: _numerator(lg, lb) * world_size / den.to(lg.dtype))
+def local_normalizer(model, microbatches, world_size, objective: Objective):
+    den = objective.local_denominator(_labels(microbatches))
+    backprop_each(model, microbatches, lambda lg, lb: objective.microbatch_numerator(lg, lb)
+                  * world_size / den.to(lg.dtype))
 
 
-def per_microbatch_normalizer(model, microbatches, world_size):
-    o, steps = objectives.active(), len(microbatches)
-    backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb)
+def per_microbatch_normalizer(model, microbatches, world_size, objective: Objective):
+    o, steps = objective, len(microbatches)
+    backprop_each(model, microbatches, lambda lg, lb: o.microbatch_numerator(lg, lb)
                   / o.local_denominator([lb]).clamp(min=1).to(lg.dtype) / steps)
 
 
 # --- the document mean's own bug -------------------------------------------------------
 
 
-def rows_as_documents(model, microbatches, world_size):
+def rows_as_documents(model, microbatches, world_size, objective: Objective):
     # The sequence objective's rule, right on rows of one sequence, run on packed rows.
     rows = objectives.OBJECTIVES["sequence"]
     den = summed_over_ranks(rows.local_denominator(_labels(microbatches)))
@@ -113,56 +110,61 @@ def rows_as_documents(model, microbatches, world_size):
 # --- the weighted mean's own bug -----------------------------------------------------
 
 
-def weights_over_token_count(model, microbatches, world_size):
+def weights_over_token_count(model, microbatches, world_size, objective: Objective):
     n = summed_over_ranks(window_count(microbatches))
-    backprop_each(model, microbatches,
-                  lambda lg, lb: _numerator(lg, lb) * world_size / n.to(lg.dtype))
+    backprop_each(model, microbatches, lambda lg, lb: objective.microbatch_numerator(lg, lb)
+                  * world_size / n.to(lg.dtype))
 
 
 # --- the constant's own bugs ---------------------------------------------------------
 
 
-def constant_from_the_batch(model, microbatches, world_size):
+def constant_from_the_batch(model, microbatches, world_size, objective: Objective):
     # Dr. GRPO's C is batch x max length: taken from each microbatch's own shape.
-    backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb) * world_size
+    backprop_each(model, microbatches, lambda lg, lb: objective.microbatch_numerator(lg, lb)
+                  * world_size
                   / (lb.shape[0] * int(supervised_mask(lb).sum(dim=-1).max())))
 
 
-def constant_forgot_world_size(model, microbatches, world_size):
-    c = objectives.active().constant or 1.0
-    backprop_each(model, microbatches, lambda lg, lb: _numerator(lg, lb) / c)
+def constant_forgot_world_size(model, microbatches, world_size, objective: Objective):
+    c = objective.constant or 1.0
+    backprop_each(model, microbatches,
+                  lambda lg, lb: objective.microbatch_numerator(lg, lb) / c)
 
 
 # --- the regularisers' own bugs ------------------------------------------------------
 
 
-def _token_part(microbatches, world_size):
+def _token_part(microbatches, world_size, objective: Objective):
     """The correct scaling of the numerator: W / the all-reduced normalizer."""
-    den = _global_normalizer(microbatches)
+    den = _global_normalizer(microbatches, objective)
     return lambda num, lb: num * world_size / den.to(num.dtype)
 
 
-def penalty_every_microbatch(model, microbatches, world_size):
-    _backprop_with_penalty(model, microbatches, _token_part(microbatches, world_size),
+def penalty_every_microbatch(model, microbatches, world_size, objective: Objective):
+    _backprop_with_penalty(model, microbatches, objective,
+                           _token_part(microbatches, world_size, objective),
                            lambda index, rank: 1.0)
 
 
-def penalty_times_world_size(model, microbatches, world_size):
+def penalty_times_world_size(model, microbatches, world_size, objective: Objective):
     # The penalty inside the W * (...) that undoes DDP's mean: W times too strong.
     last = len(microbatches) - 1
-    _backprop_with_penalty(model, microbatches, _token_part(microbatches, world_size),
+    _backprop_with_penalty(model, microbatches, objective,
+                           _token_part(microbatches, world_size, objective),
                            lambda index, rank: float(world_size) if index == last else 0.0)
 
 
-def penalty_on_rank_zero(model, microbatches, world_size):
+def penalty_on_rank_zero(model, microbatches, world_size, objective: Objective):
     # Added once "globally", by rank 0 alone: DDP's mean divides it by W.
     last = len(microbatches) - 1
-    _backprop_with_penalty(model, microbatches, _token_part(microbatches, world_size),
+    _backprop_with_penalty(model, microbatches, objective,
+                           _token_part(microbatches, world_size, objective),
                            lambda index, rank: 1.0 if index == last and rank == 0 else 0.0)
 
 
-def zloss_mean_per_microbatch(model, microbatches, world_size):
-    o, steps = objectives.active(), len(microbatches)
+def zloss_mean_per_microbatch(model, microbatches, world_size, objective: Objective):
+    o, steps = objective, len(microbatches)
     n = summed_over_ranks(window_count(microbatches))
 
     def loss_of(lg, lb):
@@ -173,6 +175,12 @@ def zloss_mean_per_microbatch(model, microbatches, world_size):
 
 
 # --- the catalogs ---------------------------------------------------------------------
+
+
+def info(func, kind: str, description: str, why: str) -> StepInfo:
+    """A step of this module: it takes the objective (``StepInfo.call``)."""
+    return plain_info(func, kind, description, why, takes_objective=True)
+
 
 _CORRECT = info(objective_global, "correct",
                 "each rank backprops W * numerator_r / normalizer (all-reduced, or C)",
@@ -206,7 +214,7 @@ STEPS: dict[str, StepInfo] = {s.name: s for s in (
 )}
 
 # The token mean's wrong unit, in the other objectives' catalogs.
-_TOKEN_MEAN = info(global_token, "bug", "the token mean's design, W * S_r / N",
+_TOKEN_MEAN = plain_info(global_token, "bug", "the token mean's design, W * S_r / N",
                    "right for the token mean, wrong for this objective")
 
 CATALOGS: dict[str, dict[str, StepInfo]] = {
