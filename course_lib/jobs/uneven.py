@@ -94,7 +94,7 @@ def run(cfg: Config, out: Path, specs: list[tuple[str, str]], step_timeout: floa
                 raise
             done = [n for _, n in todo if result_path(out, n).exists()]
             failed = todo[len(done)][1] if len(done) < len(todo) else None
-            if failed is None or f"step {failed}," not in (exc.job or ""):
+            if failed is None or exc.audited != failed:
                 raise  # not the step's own failure: the set-up, the launcher
             path = failure_path(out, failed)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -123,6 +123,8 @@ class RankContext:
     def log(self, event: str, **fields: Any) -> None:
         s = self.state
         where = {"where": s.describe()} if s.audited or s.check else {}
+        if s.audited:  # the launcher's LaunchError.audited, when this rank fails
+            where["audited"] = s.audited
         self.logs.write(self.log_path(), {"event": event, "job": s.job, "rank": self.rank,
                                           "time": time.time(), **where, **fields})
 

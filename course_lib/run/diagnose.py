@@ -21,13 +21,16 @@ class LaunchError(RuntimeError):
     """A torchrun job failed, timed out or was interrupted.
 
     The first line of the message names the failed rank and its last step.
+    ``step`` is the training update; ``audited`` the step function under
+    audit when the rank failed (its name), if any.
     """
 
     def __init__(self, message: str, *, rank: int | None = None,
                  step: int | None = None, job: str | None = None,
-                 log_tail: str = "", interrupted: bool = False):
+                 audited: str | None = None, log_tail: str = "",
+                 interrupted: bool = False):
         super().__init__(message)
-        self.rank, self.step, self.job = rank, step, job
+        self.rank, self.step, self.job, self.audited = rank, step, job, audited
         self.log_tail, self.interrupted = log_tail, interrupted
 
 
@@ -116,7 +119,8 @@ def diagnose(out: Path, jobs: list[JobSpec], since: float, kind: str, why: str,
         at = f" at step {step}" if step is not None else ""
         msg = f"{who} {what}{at}: {rec['message']} [{why}]"
         return LaunchError(msg + "\n" + tail, rank=first, step=step, job=rec["job"],
-                           log_tail=tail, interrupted=kind == "interrupt")
+                           audited=rec.get("audited"), log_tail=tail,
+                           interrupted=kind == "interrupt")
     rank = _root_cause_rank(output)
     stopped = sorted(r for r, st in (states or {}).items() if st == psutil.STATUS_STOPPED)
     if stopped:
@@ -142,8 +146,9 @@ def diagnose(out: Path, jobs: list[JobSpec], since: float, kind: str, why: str,
     msg += (f" at step {step}" if step is not None else "") + f": {why}"
     if progress_line:
         msg += f" ({progress_line})"
-    return LaunchError(msg + "\n" + tail, rank=rank, step=step, log_tail=tail,
-                       interrupted=kind == "interrupt")
+    audited = records[-1][1].get("audited") if records else None
+    return LaunchError(msg + "\n" + tail, rank=rank, step=step, audited=audited,
+                       log_tail=tail, interrupted=kind == "interrupt")
 
 
 def _root_cause_signal(output: list[str]) -> str | None:
