@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "resume_check": "course_lib.jobs.resume:resume_check",
     # 08 evaluation
     "evaluate_run": "course_lib.course.api:evaluate_run",
+    "evaluation_job": "course_lib.jobs.evaluate",
     "reconcile": "course_lib.course.reconcile",
     # 09 the exercise
     "exercise": "course_lib.jobs.exercise:exercise",
@@ -74,6 +75,9 @@ _EXPORTS: dict[str, str] = {
     "Matrix": "course_lib.jobs.frameworks:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
     "installed_frameworks": "course_lib.jobs.frameworks:stack",
+    # 06 and 07: what the uneven-microbatches check kept of a step
+    "uneven_result": "course_lib.jobs.uneven:result_path",
+    "uneven_failure": "course_lib.jobs.uneven:failure_path",
     # 12 choose the unit
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",

@@ -108,3 +108,25 @@ def test_key_numbers_are_in_the_committed_outputs():
     assert "mean of means 2.00, global mean 2.50" in outputs("09_exercise")
     bugs = outputs("06_bug_lab")
     assert "every bug caught: True" in bugs and "no correct design flagged: True" in bugs
+
+
+# A chapter calls the library through its face: ``course_lib.NAME``, or
+# ``from course_lib import NAME``; never a module below it.
+BELOW_THE_FACE = re.compile(r"^\s*(?:from\s+course_lib\.|import\s+course_lib\.)", re.MULTILINE)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_reaches_the_library_through_its_face(path):
+    for cell in _load(path)["cells"]:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            found = BELOW_THE_FACE.search(source)
+            assert not found, f"{path.name}: {found.group(0).strip()}... imports below " \
+                              "the face: add the name to course_lib._EXPORTS"
+
+
+def test_the_face_rule_on_examples():
+    assert BELOW_THE_FACE.search("from course_lib.jobs import uneven")
+    assert BELOW_THE_FACE.search("x = 1\nimport course_lib.core.data as d")
+    assert not BELOW_THE_FACE.search("import course_lib\nfrom course_lib import quiz")
+    assert not BELOW_THE_FACE.search("# from course_lib.core.config import Scenario")
