@@ -194,19 +194,13 @@ def cmd_audit(args) -> int:
     return 0
 
 
-def own_trainer_flag(reason: str) -> bool:
-    """A row not run because the learner's function was bad input."""
-    return reason.startswith("StepSpecError: --trainer:")
-
-
 def _audit_trainer(args, cfg, out: Path) -> int:
     found = fw_job.audit_trainer(cfg, out, args.trainer, args.model or "llama",
                                  **_launch_kw(args))
     print(fw_job.describe(found))
-    name = args.trainer.rpartition(":")[2]
-    print(f"report: {report_path(out, f'audit-trainer-{name}')}")
+    print(f"report: {report_path(out, fw_job.trainer_report_name(args.trainer))}")
     (row,) = found.rows
-    if row.verdict == Verdict.NOT_RUN and own_trainer_flag(row.reason):
+    if row.bad_input:
         raise BadInput(row.reason.split(": ", 1)[1])  # it returned no Trainer
     if row.verdict != Verdict.EXACT:
         raise CheckFailed(f"{args.trainer}: {row.verdict}, nearest formula: {row.matches}")

@@ -33,8 +33,10 @@ from course_lib.frameworks import window as fw_window
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank.context import RankContext
 from course_lib.reports.store import Committed, Report, RunHeader
+from course_lib.run import progress
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
+from course_lib.steps.base import StepSpecError
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class FrameworksJob(JobSpec):
     report: str = "frameworks"  # the report's file name
     sizes: str = "tiny"  # models.SIZE_PRESETS: "tiny", or "gpt2-small" (124M)
     timing: bool = False  # also time each configuration alone (the benchmark)
+    # Only build each configuration, and keep the rows of the ones refused
+    # as bad input (audit_trainer's check of a learner's function).
+    build_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ class FrameworkRow:
     flags: dict[str, Any]
     verdict: Verdict  # exact, uniformly scaled, biased, ranks disagree or not run
     reason: str = ""  # why it was not run
+    # Not run because the learner's own function (--trainer) was bad input:
+    # it returned no Trainer, or raised (the CLI's exit 2).
+    bad_input: bool = False
     precision: str = "float32"  # the framework's compute precision (its tolerance)
     stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
     notes: list[str] = field(default_factory=list)  # e.g. a learner's clipping
@@ -251,10 +259,11 @@ def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
 
 def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
            window: fw_window.Window, keep: bool = True
-           ) -> tuple[Any, torch.nn.Module, Any, Path]:
+           ) -> tuple[Any, torch.nn.Module, Any, Path, bool]:
     """The configuration's model and framework, on every rank: (prepared
     training or None, a copy of the untrained model (``keep``, else the
-    model itself), the rank's failure or "", scratch directory)."""
+    model itself), the rank's failure or "", scratch directory, whether the
+    failure is bad input: a learner's function that is no step spec)."""
     shape = window_shape(ctx, spec)
     source = ctx.corpus.source
     adapter = frameworks.adapter(conf.framework)
@@ -271,11 +280,11 @@ def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
         rebuild=lambda b, m: fw_window.build(dataclasses.replace(
             shape, batch_size=b, microbatches=m), source))
     try:
-        return adapter.prepare(setup, model, window), initial, "", workdir
+        return adapter.prepare(setup, model, window), initial, "", workdir, False
     except Exception as exc:  # noqa: BLE001 - reported by the caller, if every rank agrees
         failure = _why(exc)
         ctx.log("framework_failed", message=failure)
-        return None, initial, failure, workdir
+        return None, initial, failure, workdir, isinstance(exc, StepSpecError)
 
 
 def window_shape(ctx: RankContext, spec: FrameworksJob) -> fw_window.WindowShape:
@@ -287,7 +296,7 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
                window: fw_window.Window) -> FrameworkRow | None:
     """One configuration, on every rank; its row on rank 0."""
     adapter = frameworks.adapter(conf.framework)
-    train, initial, failure, workdir = _build(ctx, conf, spec, window)
+    train, initial, failure, workdir, bad_input = _build(ctx, conf, spec, window)
     # The framework is built, and nothing has crossed the process group
     # yet. One that refuses the configuration refuses it on every rank: the
     # row is "not run", with the reason. A rank that failed alone fails the
@@ -298,8 +307,11 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
         shutil.rmtree(workdir, ignore_errors=True)
         if not all(failures):
             raise FailedOnSomeRanks(conf, failures)
-        return not_run(conf, failures[0], frameworks.installed(adapter.package)) \
-            if ctx.rank == 0 else None
+        if ctx.rank != 0:
+            return None
+        return dataclasses.replace(
+            not_run(conf, failures[0], frameworks.installed(adapter.package)),
+            bad_input=bad_input)
     try:
         captured = train()
     finally:
@@ -350,12 +362,21 @@ def _alone(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
            window: fw_window.Window) -> None:
     """The framework running the window by itself: its own loop, nothing of
     the audit after it (the benchmark's baseline)."""
-    train, _, failure, workdir = _build(ctx, conf, spec, window, keep=False)
+    train, _, failure, workdir, _ = _build(ctx, conf, spec, window, keep=False)
     try:
         if not failure:
             train()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _refused_input(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
+                   window: fw_window.Window) -> list[FrameworkRow]:
+    """The configuration built, not trained: its not-run row when its
+    learner's function is bad input, else nothing."""
+    _, _, failure, workdir, bad_input = _build(ctx, conf, spec, window, keep=False)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return [dataclasses.replace(not_run(conf, failure), bad_input=True)] if bad_input else []
 
 
 def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
@@ -365,6 +386,10 @@ def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
     for i, conf in enumerate(confs):
         ctx.state.audited = f"{conf.framework}/{conf.model}"
         ctx.log("framework", framework=conf.framework, model=conf.model, flags=conf.flags)
+        if spec.build_only:
+            with frameworks.isolated():
+                rows += _refused_input(ctx, conf, spec, window)
+            continue
         seconds: dict[str, float] = {}
         if spec.timing:  # alone first: the audited run then finds the same warm caches
             with frameworks.isolated():
@@ -394,11 +419,18 @@ KIND = JobKind(FrameworksJob, run_rank)
 # --- the parent side -----------------------------------------------------------------
 
 
+def trainer_report_name(spec: str) -> str:
+    """``audit-trainer-<function>``: the report of ``audit --trainer SPEC``."""
+    return f"audit-trainer-{spec.rpartition(':')[2]}"
+
+
 def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
                   **kw: Any) -> FrameworksReport:
     """A learner's ``make_trainer(model, dataset)``, on the skewed window:
     ``reports/audit-trainer-<function>.json``. Bad input (no file, no
-    function, no Trainer) is StepSpecError, before any launch."""
+    function, no Trainer) is StepSpecError, before the audit's launch: the
+    function runs in a one-rank launch of its own first, since a learner's
+    TrainingArguments may set up distribution (ddp_backend=...)."""
     from course_lib.frameworks import own_trainer
     from course_lib.steps.registry import load_function
 
@@ -406,12 +438,18 @@ def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):
         spec = f"{Path(where).resolve()}:{name}"
-    own_trainer.check(spec, model_type)  # it returns no Trainer: bad input, now
-    report_name = f"audit-trainer-{name}"
-    job = FrameworksJob([dataclasses.asdict(Configuration("trainer", model_type,
-                                                          {"spec": spec}))],
-                        report=report_name)
-    launch(cfg, out, [job], **kw)
+    conf = dataclasses.asdict(Configuration("trainer", model_type, {"spec": spec}))
+    # Does it build a Trainer? One rank, a launch of its own, in a scratch
+    # directory and silent: bad input is one line, before the audit's launch.
+    with tempfile.TemporaryDirectory(prefix="course-trainer-check-") as scratch:
+        launch(cfg, Path(scratch), [FrameworksJob([conf], report="check", build_only=True)],
+               **{**kw, "world_size": 1, "multinode": None,
+                  "progress": progress.Progress()})
+        refused = FrameworksReport.load(Path(scratch), "check").rows
+    if refused:
+        raise StepSpecError(refused[0].reason.split(": ", 1)[1])
+    report_name = trainer_report_name(spec)
+    launch(cfg, out, [FrameworksJob([conf], report=report_name)], **kw)
     return FrameworksReport.load(out, report_name)
 
 
