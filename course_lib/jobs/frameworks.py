@@ -431,16 +431,13 @@ def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
     function, no Trainer) is StepSpecError, before the audit's launch: the
     function runs in a one-rank launch of its own first, since a learner's
     TrainingArguments may set up distribution (ddp_backend=...)."""
-    from course_lib.frameworks import own_trainer
-    from course_lib.steps.registry import load_function
-
-    load_function(spec, own_trainer.FLAG)  # no file, no function: bad input, now
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):
         spec = f"{Path(where).resolve()}:{name}"
     conf = dataclasses.asdict(Configuration("trainer", model_type, {"spec": spec}))
-    # Does it build a Trainer? One rank, a launch of its own, in a scratch
-    # directory and silent: bad input is one line, before the audit's launch.
+    # Does it load and build a Trainer? One rank, a launch of its own (the
+    # parent never runs a learner's code), in a scratch directory and
+    # silent: bad input is one line, before the audit's launch.
     with tempfile.TemporaryDirectory(prefix="course-trainer-check-") as scratch:
         launch(cfg, Path(scratch), [FrameworksJob([conf], report="check", build_only=True)],
                **{**kw, "world_size": 1, "multinode": None,
