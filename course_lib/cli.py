@@ -53,7 +53,8 @@ def _config(args):
     path = Path(args.config)
     if not path.exists() and not path.is_absolute():
         path = paths.project_root() / path
-    return api.load_config(path)
+    # --world-size is resolved here, once: below, cfg.train.world_size is the W.
+    return api.load_config(path).with_world_size(getattr(args, "world_size", None))
 
 
 def _out(args, cfg) -> Path:
@@ -70,8 +71,6 @@ def _launch_kw(args) -> dict:
           "device": getattr(args, "device", "auto"),
           "progress": progress.make(stream=sys.stderr),
           "echo": getattr(args, "verbose", False)}
-    if getattr(args, "world_size", None):
-        kw["world_size"] = args.world_size
     if getattr(args, "max_restarts", 0):
         kw["max_restarts"] = args.max_restarts
     if getattr(args, "nnodes", 1) > 1 or getattr(args, "rdzv_endpoint", None):
@@ -91,7 +90,7 @@ def _print(obj) -> None:
 
 def cmd_check_env(args) -> int:
     cfg = _config(args)
-    world = args.world_size or cfg.train.world_size
+    world = cfg.train.world_size
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -124,8 +123,8 @@ def cmd_prepare(args) -> int:
         data, status = api.prepare(cfg, _data_dir(args))
     except DataLockError as exc:
         raise CheckFailed(f"data lock mismatch: {exc}") from None
-    world = args.world_size or cfg.train.world_size
-    plan = make_plan(cfg.with_world_size(world), data, world)
+    world = cfg.train.world_size
+    plan = make_plan(cfg, data, world)
     out = _out(args, cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(plan))
@@ -148,7 +147,7 @@ def cmd_reference(args) -> int:
     if args.device == "cuda" and not launch.gpu_count():
         raise BadInput("--device cuda: no GPU is visible")
     report = api.single_process_reference(cfg, _out(args, cfg), _data_dir(args),
-                                          args.world_size, device=args.device)
+                                          device=args.device)
     _print(report.to_dict())
     return 0
 
@@ -208,11 +207,11 @@ def _audit_trainer(args, cfg, out: Path) -> int:
 
 
 def cmd_capstone(args) -> int:
-    cfg = _config(args)
-    out = _out(args, cfg)
     if args.world_size is not None:
         raise BadInput("capstone: the grader picks its world sizes "
                        f"({', '.join(map(str, capstone.EVALUATION_WORLDS))})")
+    cfg = _config(args)
+    out = _out(args, cfg)
     report = capstone.check(cfg, out, Path(args.file), **_launch_kw(args))
     print(capstone.describe(report))
     print(f"report: {report_path(out, capstone.CapstoneReport.NAME)}")
@@ -293,6 +292,8 @@ def cmd_evaluate(args) -> int:
     kw = _launch_kw(args)
     if "multinode" in kw:
         raise BadInput("evaluate: runs on one node (--nnodes 1)")
+    if args.world_size:  # the evaluation runs in this process unless it is given
+        kw["world_size"] = args.world_size
     e = api.evaluate_run(cfg, out, ckpt, **kw)
     shown = {"world_size": e.world_size, "backend": e.backend,
              "test_sequences": e.test_sequences, "test_tokens": e.test_tokens,
@@ -387,7 +388,7 @@ def cmd_run_all(args) -> int:
     ex_path = Path(args.exercise_config)
     if not ex_path.exists() and not ex_path.is_absolute():
         ex_path = paths.project_root() / ex_path
-    ex_cfg = api.load_config(ex_path)
+    ex_cfg = api.load_config(ex_path).with_world_size(args.world_size)
     out = _out(args, cfg)
     table = api.run_all(cfg, out, ex_cfg, **_launch_kw(args))
     print(table)

@@ -96,7 +96,11 @@ class Config:
             d["train"].pop(key)
         return hashlib.sha256(_canonical(d)).hexdigest()
 
-    def with_world_size(self, world_size: int) -> Config:
+    def with_world_size(self, world_size: int | None) -> Config:
+        """This config at ``world_size`` ranks; None keeps its own
+        ``train.world_size``: the one place that default is resolved."""
+        if world_size is None or world_size == self.train.world_size:
+            return self
         train = dataclasses.replace(self.train, world_size=world_size)
         cfg = dataclasses.replace(self, train=train)
         validate(cfg)

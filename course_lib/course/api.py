@@ -72,8 +72,8 @@ def single_process_reference(cfg: Config, out: Path, data_dir: Path | None = Non
                              device: str = "cpu") -> ReferenceReport:
     """The single-process reference gradient for the parity window, on
     ``device`` ("cpu", or "cuda": the first GPU)."""
-    world_size = world_size or cfg.train.world_size
     cfg = cfg.with_world_size(world_size)
+    world_size = cfg.train.world_size
     data = corpus(cfg, data_dir)
     window = parity_window(cfg, data, world_size)
     where = torch.device(device)

@@ -124,7 +124,7 @@ class LaunchedApart:
 
     collect: Callable[[Path, str, float, float], CheckResult]
     plan: Callable[[Config, list[str], Path, float, str], dict[int, JobSpec]] | None = None
-    run: Callable[..., None] | None = None  # (cfg, out, [(spec, name)], timeout, unit, W)
+    run: Callable[..., None] | None = None  # (cfg, out, [(spec, name)], timeout, unit)
 
 
 LAUNCHED_APART: dict[str, LaunchedApart] = {
@@ -191,14 +191,14 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     """Run the checks on each step against ``objective``'s reference (the
     token mean by default); write and return ``audit-<step>.json``.
     ``extra_jobs`` ride along in the first launch, after the audit job."""
-    cfg = with_dtype(cfg, dtype)
+    cfg = with_dtype(cfg, dtype).with_world_size(kw.pop("world_size", None))
     unit = parse_objective(objective, cfg).spec
     names = check_names or list(checks.NAMES)
     resolved = resolve_steps(specs)
     worker_specs = [spec for spec, _ in resolved]
     data_dir = data_dir or paths.data_dir()
     out = Path(out)
-    world = kw.pop("world_size", None) or cfg.train.world_size
+    world = cfg.train.world_size
     apart = {n: LAUNCHED_APART[n] for n in names if not checks.CHECKS[n].in_launch}
     plans = [a.plan(cfg, worker_specs, data_dir, step_timeout, unit)
              for a in apart.values() if a.plan]
@@ -206,7 +206,7 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
         AuditJob(worker_specs, [c for c in names if checks.CHECKS[c].in_launch],
                  trajectory_updates, step_timeout, unit),
         *extra_jobs, *(p[world] for p in plans if world in p)]
-    launch(cfg, out, first, data_dir=data_dir, world_size=world, **kw)
+    launch(cfg, out, first, data_dir=data_dir, **kw)
     for p in plans:
         for w, job in p.items():
             if w != world:
@@ -214,7 +214,7 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     for a in apart.values():
         if a.run:
             a.run(cfg, out, [(spec, info.name) for spec, info in resolved], step_timeout,
-                  unit, world, data_dir=data_dir, **kw)
+                  unit, data_dir=data_dir, **kw)
     atol, rtol = harness.tolerance(cfg)
     found = {}
     for _, info in resolved:

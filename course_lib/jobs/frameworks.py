@@ -553,7 +553,8 @@ def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[st
                                         sizes=sizes, timing=timing)], **kw)
         report = FrameworksReport.load(out)
     else:
-        p = resolve(kw.get("backend", "auto"), kw.get("world_size") or cfg.train.world_size)
+        p = resolve(kw.get("backend", "auto"),
+                    cfg.with_world_size(kw.get("world_size")).train.world_size)
         report = FrameworksReport(world_size=p.world_size, backend=p.backend,
                                   device=p.device, dtype=cfg.train.dtype,
                                   nccl_reference_path=p.nccl_reference_path,

@@ -181,8 +181,8 @@ def regimes(ctx: RankContext) -> dict[str, Regime]:
 def predicted_on_parity_window(cfg: Config, corpus: Corpus,
                                world_size: int | None = None) -> dict[str, Prediction]:
     """Each recipe's predicted verdict on the skewed (parity) window, no job run."""
-    world = world_size or cfg.train.world_size
-    layout = parity_window(cfg, corpus, world)
+    cfg = cfg.with_world_size(world_size)
+    layout = parity_window(cfg, corpus, cfg.train.world_size)
     shape = window_shape([[collate(corpus, ids) for ids in rank] for rank in layout])
     return {name: predictions(r, shape)[0] for name, r in RECIPES.items()}
 

@@ -191,7 +191,7 @@ def check_resumable(cfg: Config, path: Path, world_size: int | None = None,
 
     where = locate(cfg, data_dir or paths.data_dir())
     return checkpoint.verify(path, cfg=cfg, data_lock=load_corpus(cfg, where).lock,
-                             world_size=world_size or cfg.train.world_size)
+                             world_size=cfg.with_world_size(world_size).train.world_size)
 
 
 def train(cfg: Config, out: Path, *, stop_at: int | None = None,

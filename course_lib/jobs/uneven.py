@@ -76,9 +76,10 @@ KIND = JobKind(UnevenJob, run_rank)
 
 
 def run(cfg: Config, out: Path, specs: list[tuple[str, str]], step_timeout: float,
-        objective: str, world_size: int, **kw: Any) -> None:
-    """Launch the steps ((spec, name) pairs) until each has a result or a
-    failure: a failed launch records its step and the next launch goes on."""
+        objective: str, **kw: Any) -> None:
+    """Launch the steps ((spec, name) pairs) at the config's world size
+    until each has a result or a failure: a failed launch records its step
+    and the next launch goes on."""
     out = Path(out)
     todo = list(specs)
     for _, name in todo:
@@ -87,7 +88,7 @@ def run(cfg: Config, out: Path, specs: list[tuple[str, str]], step_timeout: floa
     while todo:
         job = UnevenJob([spec for spec, _ in todo], min(step_timeout, DEADLINE), objective)
         try:
-            launch(cfg, out, [job], world_size=world_size, **kw)
+            launch(cfg, out, [job], **kw)
             return
         except LaunchError as exc:
             if exc.interrupted:

@@ -39,7 +39,13 @@ def setup(run: RunFile) -> RankContext:
     processes.die_with_parent()
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
+    cfg = from_dict(run.config)
+    # One source inside the worker: the run file's config, which the
+    # launcher resolved; torchrun's WORLD_SIZE must agree with it.
+    world_size = cfg.train.world_size
+    if int(os.environ["WORLD_SIZE"]) != world_size:
+        raise RuntimeError(f"torchrun started {os.environ['WORLD_SIZE']} ranks for a "
+                           f"run file of {world_size}")
     processes.title_worker(rank, world_size, "setup", run.out)
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if run.device == "cuda":
@@ -54,7 +60,6 @@ def setup(run: RunFile) -> RankContext:
         run.backend, timeout=datetime.timedelta(seconds=run.collective_timeout),
         device_id=device if run.backend == "nccl" else None,
     )
-    cfg = from_dict(run.config)
     corpus = load_corpus(cfg, Path(run.data_dir))
     return RankContext(cfg, rank, world_size, run.backend, device, corpus,
                        JobState(out=Path(run.out)), run.fault or {})

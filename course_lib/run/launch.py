@@ -173,8 +173,8 @@ def launch(cfg: Config, out: Path, jobs: list[JobSpec], *, data_dir: Path,
     has it) and generates the config's corpus first when it has none.
     ``echo``: print torchrun's output and its command line as they come.
     """
-    world_size = world_size or cfg.train.world_size
     cfg = cfg.with_world_size(world_size)
+    world_size = cfg.train.world_size
     if fault is None:
         fault = hooks.fault_from_env()
     placement = resolve(backend, world_size, device)
