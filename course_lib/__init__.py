@@ -82,6 +82,9 @@ _EXPORTS: dict[str, str] = {
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
     "packing_of": "course_lib.rank.harness:packing_of",
+    # 14 capstone
+    "capstone_check": "course_lib.jobs.capstone:check",
+    "describe_capstone": "course_lib.jobs.capstone:describe",
     # every chapter's closing table, and reports by name
     "summary": "course_lib.course.api:summary",
     "run_all": "course_lib.course.api:run_all",

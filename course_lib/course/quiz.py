@@ -164,6 +164,11 @@ def _from(report: str, get: Callable[[Any], Any], file: str | None = None
     return read
 
 
+def _repeats(sequences: int, world_size: int) -> int:
+    """14: the sequences DistributedSampler hands out a second time."""
+    return -sequences % world_size
+
+
 def _check_names() -> tuple[str, ...]:
     from course_lib.checks import NAMES
 
@@ -911,4 +916,33 @@ QUESTIONS: dict[str, Question] = {
         "Set prompt_tokens = 20 in section 2 and re-run it: what does "
         "model.count_tokens give?", "number", lambda: _masked_tokens(20),
         "re-run the cell with the new parameter"),
+    # 14 capstone
+    "capstone.predict": Question(
+        "Read the script's four functions: how many of the grader's eight "
+        "properties will it pass?", "number",
+        _from("course_lib.jobs.capstone:CapstoneReport",
+              lambda r: len(r.properties) - len(r.failed)),
+        "each bug breaks the properties that compare what it changes: which "
+        "part of the script does what the course taught?"),
+    "capstone.1": Question(
+        "A window on 4 ranks holds 30, 10, 50 and 10 supervised tokens. Under the "
+        "mean of means, how many times heavier is a token of a 10-token rank than "
+        "one of the 50-token rank?", "number", 5,
+        "a token of rank r weighs 1 / (W N_r)"),
+    "capstone.2": Question(
+        "Same window, the course's rule: by what factor does the rank with 50 "
+        "tokens multiply its loss sum S_r before its backward?", "number",
+        4 / 100, "W / N, with N over every rank of the window"),
+    "capstone.3": Question(
+        "An evaluation of 1,001 sequences on 8 ranks with DistributedSampler "
+        "(drop_last=False): how many sequences does it score twice?", "number",
+        _repeats(1001, 8), "the sampler pads the list until 8 divides it"),
+    "capstone.4": Question(
+        "Your fixed copy passes resume, but only because save and load keep the "
+        "sampler position. Which other part must the checkpoint hold for a "
+        "model with dropout to resume bit for bit?", "choice",
+        "every rank's RNG state",
+        "what decides the dropout masks after the resume?",
+        options=("the learning rate", "every rank's RNG state", "the data lock",
+                 "nothing else")),
 }

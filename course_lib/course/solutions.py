@@ -317,6 +317,25 @@ REASONING: dict[str, str] = {
     "adapting.4":
         "Ignoring the first 20 positions takes their labels out of the count: "
         "count_tokens counts only the labels that are not -100.",
+    # 14 capstone
+    "capstone.predict":
+        "One: no_sync. The step divides by a count that holds padding, by the "
+        "rank's own tokens and again by the microbatches (parity, trajectory, "
+        "accumulation and permutation fail), though it syncs once per window; "
+        "the checkpoint loses the sampler and restores rank 0's RNG everywhere "
+        "(resume); the evaluation averages rank means and keeps the repeats "
+        "(evaluate_w2, evaluate_w3).",
+    "capstone.1":
+        "Under the mean of means a token of rank r weighs 1 / (W N_r): 1/40 "
+        "against 1/200, five times heavier.",
+    "capstone.2":
+        "W / N = 4 / 100 = 0.04, the same on every rank; only S_r differs.",
+    "capstone.3":
+        "The sampler pads 1,001 up to 1,008 = 8 * 126 with the first 7 "
+        "indices: 7 sequences scored twice.",
+    "capstone.4":
+        "Dropout draws its masks from each rank's own RNG, so a resume must put "
+        "back every rank's state, not rank 0's on all of them.",
 }
 
 

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from course_lib import checks
 from course_lib.checks import CheckResult
-from course_lib.core import checkpoint
+from course_lib.core import checkpoint, paths
 from course_lib.core.config import Config
 from course_lib.core.evaluate import RTOL
 from course_lib.core.evaluate import evaluate as reference_evaluation
@@ -300,7 +300,10 @@ def describe(report: CapstoneReport) -> str:
     """One line per property: PASS, or FAIL and what failed."""
     from course_lib.reports.numbers import short
 
-    lines = [f"Capstone check of {report.file}: the step and resume at "
+    file = Path(report.file)
+    shown = file.relative_to(paths.project_root()) if file.is_relative_to(
+        paths.project_root()) else file
+    lines = [f"Capstone check of {shown}: the step and resume at "
              f"{report.world_size} ranks, the evaluation at "
              f"{' and '.join(map(str, EVALUATION_WORLDS))}; {report.backend} on "
              f"{report.device}, {report.dtype}"]
