@@ -1,16 +1,16 @@
 """The audit's pieces that need no torchrun: step specs, checks, layouts, reports."""
 
 import dataclasses
+import importlib
 
 import pytest
 import torch
 
 from course_lib import checks, steps
-from course_lib.checks import CheckResult
+from course_lib.checks import CheckResult, world_size
 from course_lib.checks.world_size import WORLD_SIZES
 from course_lib.core import objectives
 from course_lib.jobs import audit as audits
-from course_lib.jobs import world_size
 from course_lib.jobs.audit import AuditReport
 from course_lib.rank import harness
 from course_lib.rank.context import JobState, RankContext
@@ -176,3 +176,33 @@ def test_each_objective_gets_its_own_parity_reference(cfg, corpus, tmp_path):
         objectives.parse("sequence"))).grad
     assert not torch.allclose(token, alone)  # the objectives differ on this window
     assert torch.equal(sequence, alone)
+
+
+PLANTED = '''
+from course_lib.checks.base import Check
+
+CHECK = Check("planted", "a check with no way to run")
+'''
+
+
+def test_a_check_without_exactly_one_way_to_run_fails_at_import(tmp_path, monkeypatch):
+    (tmp_path / "planted_check.py").write_text(PLANTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(checks.CheckDefinitionError, match="exactly one way to run"):
+        importlib.import_module("planted_check")
+    both = checks.CHECKS["uneven_microbatches"].apart
+    with pytest.raises(checks.CheckDefinitionError, match="exactly one way to run"):
+        checks.Check("both", "in the launch and apart", run=lambda a: None, apart=both)
+    with pytest.raises(checks.CheckDefinitionError, match="exactly one of"):
+        checks.Apart(both.spec, both.rank, both.collect)  # neither plan nor run
+    with pytest.raises(checks.CheckDefinitionError, match="share the name"):
+        checks.registry(checks.CHECKS["parity"], checks.CHECKS["parity"])
+
+
+def test_every_check_run_apart_has_its_job_registered():
+    from course_lib.jobs import KINDS
+
+    apart = [c for c in checks.CHECKS.values() if c.apart is not None]
+    assert {c.name for c in apart} == {"world_size_invariance", "uneven_microbatches"}
+    for c in apart:
+        assert c.apart is not None and KINDS[c.apart.spec.TAG].run is c.apart.rank

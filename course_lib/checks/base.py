@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from course_lib.rank.context import RankContext
+from course_lib.run.runfile import JobSpec
 
 if TYPE_CHECKING:
     from course_lib.checks.auditor import Auditor
@@ -24,15 +28,52 @@ class CheckResult:
     note: str = ""
 
 
+class CheckDefinitionError(TypeError):
+    """A check defined without exactly one way to run: raised at import."""
+
+
+@dataclass(frozen=True)
+class Apart:
+    """What a check that needs launches of its own runs, all in its module.
+
+    ``spec`` and ``rank``: its job (the worker runs ``rank(ctx, spec)`` on
+    every rank; ``course_lib.jobs.KINDS`` registers it). The parent side is
+    exactly one of ``plan`` (cfg, specs, data_dir, step_timeout, objective)
+    -> {world size: job}, the audit's own W riding in its first launch, or
+    ``run`` (cfg, out, [(spec, name)], step_timeout, objective, **launch
+    kw), which makes its launches itself, for steps that may fail theirs.
+    Then ``collect(out, step, atol, rtol)`` reads one step's result."""
+
+    spec: type[JobSpec]
+    rank: Callable[[RankContext, Any], None]
+    collect: Callable[[Path, str, float, float], CheckResult]
+    plan: Callable[[Any, list[str], Path, float, str], dict[int, JobSpec]] | None = None
+    run: Callable[..., None] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.plan is None) == (self.run is None):
+            raise CheckDefinitionError(
+                f"{self.spec.__name__}: a check run apart needs exactly one of "
+                "plan (jobs the audit launches) or run (launches of its own)")
+
+
 @dataclass(frozen=True)
 class Check:
-    """A named check. ``run`` runs inside the launch on every rank and returns
-    the result on rank 0 (None elsewhere); a check without ``run`` needs
-    launches of its own, which its job plans (``course_lib.jobs``)."""
+    """A named check, with exactly one way to run: ``run`` runs inside the
+    launch on every rank and returns the result on rank 0 (None
+    elsewhere); ``apart`` runs in launches of its own. Defining a check
+    with neither or both fails at import (``CheckDefinitionError``)."""
 
     name: str
     compares: str  # what it compares, in one line (README, quiz, --help)
     run: Callable[[Auditor], CheckResult | None] | None = None
+    apart: Apart | None = None
+
+    def __post_init__(self) -> None:
+        if (self.run is None) == (self.apart is None):
+            raise CheckDefinitionError(
+                f"check {self.name!r}: give it exactly one way to run, run (inside "
+                "the audit's launch) or apart (launches of its own)")
 
     @property
     def in_launch(self) -> bool:

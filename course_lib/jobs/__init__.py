@@ -3,9 +3,12 @@
 Each module holds one kind whole: its spec (what the launcher asks), its
 rank function (what every worker does), its parent-side call (what the CLI
 and the notebooks run) and its report dataclass. A new job kind is one
-module with a ``KIND`` plus its entry in ``KINDS`` and a test.
+module with a ``KIND`` plus its entry in ``KINDS`` and a test. The jobs of
+the checks that run apart are registered from the checks themselves
+(``Check.apart``): a check is one module.
 """
 
+from course_lib.checks import CHECKS
 from course_lib.jobs import (
     audit,
     bench,
@@ -19,8 +22,6 @@ from course_lib.jobs import (
     resume,
     smoke,
     train,
-    uneven,
-    world_size,
 )
 from course_lib.jobs.kind import JobKind
 from course_lib.run.runfile import JobSpec
@@ -33,8 +34,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     smoke.KIND,
     bench.KIND,
     audit.KIND,
-    world_size.KIND,
-    uneven.KIND,
+    *(JobKind(c.apart.spec, c.apart.rank) for c in CHECKS.values() if c.apart),
     recipes.KIND,
     frameworks.KIND,
     frameworks_logging.KIND,

@@ -2,15 +2,15 @@
 
 One launch at the chosen world size runs every step through the in-launch
 checks (``course_lib.checks``) and writes ``reports/audit-<step>.json``. A
-check that needs launches of its own (``world_size_invariance``) plans them
-in ``LAUNCHED_APART``; the parent runs them and merges their results. ``bugs``
+check that needs launches of its own says what runs apart (``Check.apart``:
+``world_size_invariance`` plans its jobs, ``uneven_microbatches`` makes its
+launches); the parent runs them and merges their results. ``bugs``
 runs every built-in step through every check -> ``reports/bugs.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,7 +19,6 @@ from course_lib import checks
 from course_lib.checks import CheckResult
 from course_lib.core import objectives, paths
 from course_lib.core.config import Config
-from course_lib.jobs import uneven, world_size
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
@@ -113,26 +112,6 @@ def run_rank(ctx: RankContext, spec: AuditJob) -> None:
 KIND = JobKind(AuditJob, run_rank)
 
 
-# --- checks that need launches of their own --------------------------------------
-
-
-@dataclass(frozen=True)
-class LaunchedApart:
-    """A check run by jobs of its own and compared here. ``plan`` gives one
-    job per world size (the audit's own W rides in its first launch);
-    ``run`` makes launches of its own, which a step may fail (a deadlock)."""
-
-    collect: Callable[[Path, str, float, float], CheckResult]
-    plan: Callable[[Config, list[str], Path, float, str], dict[int, JobSpec]] | None = None
-    run: Callable[..., None] | None = None  # (cfg, out, [(spec, name)], timeout, unit)
-
-
-LAUNCHED_APART: dict[str, LaunchedApart] = {
-    world_size.NAME: LaunchedApart(world_size.collect, plan=world_size.plan),
-    uneven.NAME: LaunchedApart(uneven.collect, run=uneven.run),
-}
-
-
 # --- the parent side ---------------------------------------------------------------
 
 
@@ -199,7 +178,7 @@ def audit(cfg: Config, out: Path, specs: list[str], check_names: list[str] | Non
     data_dir = data_dir or paths.data_dir()
     out = Path(out)
     world = cfg.train.world_size
-    apart = {n: LAUNCHED_APART[n] for n in names if not checks.CHECKS[n].in_launch}
+    apart = {n: a for n in names if (a := checks.CHECKS[n].apart) is not None}
     plans = [a.plan(cfg, worker_specs, data_dir, step_timeout, unit)
              for a in apart.values() if a.plan]
     first: list[JobSpec] = [
