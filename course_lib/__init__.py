@@ -76,8 +76,8 @@ _EXPORTS: dict[str, str] = {
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
     "installed_frameworks": "course_lib.jobs.frameworks:stack",
     # 06 and 07: what the uneven-microbatches check kept of a step
-    "uneven_result": "course_lib.jobs.uneven:result_path",
-    "uneven_failure": "course_lib.jobs.uneven:failure_path",
+    "uneven_result": "course_lib.checks.uneven:result_path",
+    "uneven_failure": "course_lib.checks.uneven:failure_path",
     # 12 choose the unit
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
