@@ -86,15 +86,16 @@ def compare_all(cases: dict[str, tuple[str, int, int]],
     from packaging.version import Version
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    import course_lib
-    from course_lib.core.data import collate, parity_window
+    from course_lib.core import paths
+    from course_lib.core.config import load
+    from course_lib.core.data import collate, load_corpus, locate, parity_window
     from course_lib.core.model import build_model, supervised_mask
     from course_lib.steps import rl_recipes as rl
 
     aggregate = aggregate or rl.trl_grpo_loss
     torch.manual_seed(0)
-    cfg = course_lib.load_config()
-    corpus = course_lib.corpus(cfg)
+    cfg = load(paths.config_path("minimum"))
+    corpus = load_corpus(cfg, locate(cfg, paths.data_dir()))
     window = [collate(corpus, ids) for rank in parity_window(cfg, corpus, WORLD)
               for ids in rank]
     inputs, labels = window[-1]  # long sequences of uneven lengths
