@@ -69,6 +69,16 @@ def test_check_env_says_which_path_runs():
     assert "NCCL reference path" in info["plan"]
 
 
+def test_world_size_is_resolved_once_at_the_boundary(tmp_path, cfg):
+    # --world-size lands in the config the commands pass down; without it, the config's.
+    assert cfg.with_world_size(None) is cfg
+    four = json.loads(course_lib_cli("check-env", "--world-size", "4").stdout)
+    assert four["world_size"] == 4
+    proc = course_lib_cli("prepare", "--world-size", "4", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["plan"]["world_size"] == 4
+
+
 def test_clean_dry_run_lists_generated_paths_only(tmp_path, monkeypatch):
     for rel in ("runs/x/reports", "notebooks/.ipynb_checkpoints", "pkg/__pycache__",
                 "data", "configs", "notebooks"):
