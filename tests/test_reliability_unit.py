@@ -170,3 +170,21 @@ def test_notebooks_print_rounding_level_errors_as_a_bound():
     assert err_bound(0.0) == "< 1e-7"
     assert err_bound(0.0064258938655257225) == "= 6.43e-03"
     assert err_bound(None) == "= n/a"
+
+
+def test_a_launch_error_names_the_audited_step_as_a_field(tmp_path, cfg, corpus):
+    from course_lib.rank.context import JobState, RankContext
+    from course_lib.run.diagnose import diagnose
+
+    ctx = RankContext(cfg, 0, 2, "gloo", torch.device("cpu"), corpus,
+                      JobState(out=tmp_path, job="uneven", audited="a_step,with_a_comma",
+                               check="uneven_microbatches"))
+    ctx.log("audit_step", step="a_step,with_a_comma")
+    # No error of its own (a timeout): the last record names the step.
+    found = diagnose(tmp_path, [], 0.0, "timeout", "timed out", [])
+    assert found.audited == "a_step,with_a_comma" and found.rank == 0
+    ctx.log("error", job=ctx.describe(), step=None, stuck=[1],
+            message="StepDesyncError: rank 1 did not finish the step within 10 s")
+    found = diagnose(tmp_path, [], 0.0, "error", "exit 1", [])
+    assert (found.audited, found.rank) == ("a_step,with_a_comma", 1)
+    ctx.logs.close()
