@@ -737,8 +737,8 @@ QUESTIONS: dict[str, Question] = {
         "Evaluate the same checkpoint on 2 ranks (world_size=2). Which of the "
         "two wrong combinations still differs from the one-process value?",
         "choice", "mean of rank means",
-        "does 2 divide 256? and do the two halves of the test split hold the "
-        "same loss per token?",
+        "does 2 divide 256? and do the even and the odd positions of the test "
+        "split hold the same loss per token?",
         options=("repeats kept", "mean of rank means", "both", "neither")),
     # 09 the exercise
     "exercise.predict_mom": Question(
@@ -930,19 +930,20 @@ QUESTIONS: dict[str, Question] = {
         "one of the 50-token rank?", "number", 5,
         "a token of rank r weighs 1 / (W N_r)"),
     "capstone.2": Question(
-        "Same window, the course's rule: by what factor does the rank with 50 "
-        "tokens multiply its loss sum S_r before its backward?", "number",
-        4 / 100, "W / N, with N over every rank of the window"),
+        "A window holds 100 supervised tokens and 20 padded slots, and the count "
+        "takes labels.numel(). By what factor is every gradient off?", "number",
+        100 / 120, "the loss sums only the supervised tokens; what does N divide by?"),
     "capstone.3": Question(
         "An evaluation of 1,001 sequences on 8 ranks with DistributedSampler "
         "(drop_last=False): how many sequences does it score twice?", "number",
         _repeats(1001, 8), "the sampler pads the list until 8 divides it"),
     "capstone.4": Question(
-        "Your fixed copy passes resume, but only because save and load keep the "
-        "sampler position. Which other part must the checkpoint hold for a "
-        "model with dropout to resume bit for bit?", "choice",
-        "every rank's RNG state",
-        "what decides the dropout masks after the resume?",
-        options=("the learning rate", "every rank's RNG state", "the data lock",
-                 "nothing else")),
+        "In a copy of the script, fix only step's count: N as the supervised "
+        "labels, all-reduced over the ranks, the rest of step as it is. Grade it: "
+        "which of the step's five properties still fail?", "choices",
+        ("parity", "trajectory", "accumulation_invariance"),
+        "what is left in step: a factor the same on every rank, or one per rank? "
+        "and does it depend on the number of microbatches?",
+        options=("parity", "trajectory", "accumulation_invariance",
+                 "permutation_invariance", "no_sync")),
 }

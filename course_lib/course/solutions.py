@@ -207,8 +207,9 @@ REASONING: dict[str, str] = {
         "sampling error below it.",
     "evaluation.5":
         "2 divides 256, so the sampler adds no repeat and the sums with repeats "
-        "kept are the token-weighted ones; the two halves hold different token "
-        "counts and losses, so their means' average is not the token mean.",
+        "kept are the token-weighted ones; the even and odd positions hold "
+        "different token counts and losses, so their means' average is not the "
+        "token mean.",
     # 09 exercise
     "exercise.predict_mom":
         "The local means are 1 and 3, and their average is 2, whatever the "
@@ -329,13 +330,17 @@ REASONING: dict[str, str] = {
         "Under the mean of means a token of rank r weighs 1 / (W N_r): 1/40 "
         "against 1/200, five times heavier.",
     "capstone.2":
-        "W / N = 4 / 100 = 0.04, the same on every rank; only S_r differs.",
+        "The loss sums the 100 supervised tokens but N counts 120 slots: every "
+        "gradient is 100 / 120, about 0.833, of the exact one, and the factor "
+        "moves with the padding from window to window.",
     "capstone.3":
         "The sampler pads 1,001 up to 1,008 = 8 * 126 with the first 7 "
         "indices: 7 sequences scored twice.",
     "capstone.4":
-        "Dropout draws its masks from each rank's own RNG, so a resume must put "
-        "back every rank's state, not rank 0's on all of them.",
+        "Dividing by the global N but not multiplying by W, then again by the "
+        "microbatches, leaves a factor 1 / (W M), the same on every rank: parity "
+        "and trajectory see the scale, accumulation_invariance sees M change; "
+        "permutation and no_sync hold.",
 }
 
 

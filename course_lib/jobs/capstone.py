@@ -306,12 +306,16 @@ def describe(report: CapstoneReport) -> str:
     lines = [f"Capstone check of {shown}: the step and resume at "
              f"{report.world_size} ranks, the evaluation at "
              f"{' and '.join(map(str, EVALUATION_WORLDS))}; {report.backend} on "
-             f"{report.device}, {report.dtype}"]
+             f"{report.device}, {report.dtype} (the evaluation in float64)"]
     for name, r in report.properties.items():
         if r.passed:
             lines.append(f"  {name:<24} PASS")
             continue
         err = f" (max |err| {short(r.max_abs_err)})" if r.max_abs_err else ""
+        known = {k: v for k, v in r.errors.items() if v is not None}
+        if name.startswith("evaluate") and known:  # which metric is off
+            worst = max(known, key=lambda k: known[k])
+            err = f" ({worst} |err| {short(known[worst])})"
         lines.append(f"  {name:<24} FAIL  {name}: {PROPERTIES[name]}{err}")
     lines.append(f"  {'verdict':<24} {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)
