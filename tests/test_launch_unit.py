@@ -199,3 +199,31 @@ def test_a_worker_starts_without_the_frameworks():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_replay_key_reads_the_files_a_job_reads(tmp_path, cfg):
+    """A launch is shared only when its inputs are the same: the learner's
+    capstone script and the checkpoint an evaluation reads count, by content."""
+    from course_lib.jobs.capstone import CapstoneJob
+    from course_lib.jobs.evaluate import EvaluateJob
+    from course_lib.run.runfile import RunFile
+    from tests.machinery import replay
+
+    script, ckpt = tmp_path / "train.py", tmp_path / "step-0001"
+    ckpt.mkdir()
+
+    def key(job):
+        return replay.key(RunFile(config=cfg.to_dict(), backend="gloo", device="cpu",
+                                  data_dir=str(tmp_path), out=str(tmp_path / "out"),
+                                  jobs=[job]))
+
+    keys = []
+    for text in ("def step(): pass\n", "def step(): return 1\n"):
+        script.write_text(text)
+        (ckpt / "model.pt").write_text(text)
+        keys.append((key(CapstoneJob(str(script), str(tmp_path / "out"), ["step"])),
+                     key(EvaluateJob(str(ckpt)))))
+    assert keys[0][0] != keys[1][0], "an edited script is another launch"
+    assert keys[0][1] != keys[1][1], "another checkpoint at the same path is another launch"
+    assert keys[1] == (key(CapstoneJob(str(script), str(tmp_path / "out"), ["step"])),
+                       key(EvaluateJob(str(ckpt)))), "the same files: the same launch"

@@ -75,7 +75,8 @@ def _inputs(doc: dict) -> list[Path]:
     """Files the jobs read that earlier launches or the learner wrote."""
     found = []
     for job in doc["jobs"]:
-        for key in ("resume", "resume_from", "continuous", "resumed"):
+        # checkpoints to resume or evaluate; a learner's capstone script
+        for key in ("resume", "resume_from", "continuous", "resumed", "checkpoint", "file"):
             if job.get(key):
                 found.append(Path(job[key]))
         for spec in job.get("steps", []):
