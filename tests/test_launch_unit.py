@@ -227,3 +227,18 @@ def test_the_replay_key_reads_the_files_a_job_reads(tmp_path, cfg):
     assert keys[0][1] != keys[1][1], "another checkpoint at the same path is another launch"
     assert keys[1] == (key(CapstoneJob(str(script), str(tmp_path / "out"), ["step"])),
                        key(EvaluateJob(str(ckpt)))), "the same files: the same launch"
+
+
+def test_a_stored_failure_keeps_every_field_of_its_error():
+    """A replayed LaunchError reads as the one it copies: the uneven check
+    compares ``audited`` with the step it expects to fail (a replay that
+    dropped it failed chapter 06 in both editions)."""
+    from course_lib.run.launch import LaunchError
+    from tests.machinery import replay
+
+    err = LaunchError("rank 1 failed", rank=1, step=3, job="uneven", audited="a_step",
+                      log_tail="tail")
+    stored = replay._stored_failure(err)
+    again = LaunchError(stored.pop("message"), **stored)
+    assert str(again) == str(err) and vars(again) == vars(err)
+    assert replay._stored_failure(LaunchError("x", rank=0, interrupted=True)) is None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -121,8 +122,10 @@ def _stored_failure(err: LaunchError) -> dict | None:
     one that timing or the launcher decided (never shared)."""
     if err.interrupted or err.rank is None or "timed out after" in str(err):
         return None
-    return {"message": str(err), "rank": err.rank, "step": err.step, "job": err.job,
-            "log_tail": err.log_tail}
+    # every field the error is built with, so a replayed one reads the same
+    # (a field added to LaunchError later, like ``audited``, comes along)
+    fields = [n for n in inspect.signature(LaunchError).parameters if n != "message"]
+    return {"message": str(err), **{n: getattr(err, n) for n in fields}}
 
 
 class ReplayedFailure(Exception):
