@@ -159,8 +159,10 @@ def learner(tmp_path_factory):
 
 def test_a_learners_trainer_is_audited_as_they_configured_it(learner):
     ok = course_lib_cli("audit", "--trainer", learner / "my_trainer.py:make_trainer",
-                        "--out", learner / "runs")
+                        "--out", learner / "runs", cwd=learner)
     assert ok.returncode == 0, ok.stderr
+    # its output_dir="out" lands in the audit's scratch space, not where it ran
+    assert not (learner / "out").exists()
     (row,) = FrameworksReport.load(learner / "runs", "audit-trainer-make_trainer").rows
     assert (row.verdict, row.matches, row.model) == ("exact", "exact", "llama")
     assert sum(sum(n) for n in [row.counts.N_r]) == row.counts.N

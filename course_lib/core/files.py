@@ -1,8 +1,11 @@
-"""Writing files that a reader (another run, another rank) never sees half-done."""
+"""Files that a reader (another run, another rank) never sees half-done,
+and a block run in another directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -33,3 +36,14 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def working_dir(path: Path) -> Iterator[None]:
+    """Run the block in ``path``: contextlib.chdir, which Python 3.10 lacks."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from course_lib.core.files import working_dir
 from course_lib.frameworks import Captured, Setup, train_and_capture
 from course_lib.frameworks.hf import capture_callback, dispatched
 from course_lib.frameworks.window import Window
@@ -64,7 +65,11 @@ class OwnTrainerAdapter:
         from transformers import TrainerCallback
 
         later = type("Rows", (_Later, IterableDataset), {})()
-        trainer = make(setup.flags["spec"], model, later)
+        # A learner's relative paths (output_dir="out") land in the audit's
+        # scratch space, never in the directory the audit was started from.
+        setup.workdir.mkdir(parents=True, exist_ok=True)
+        with working_dir(setup.workdir):
+            trainer = make(setup.flags["spec"], model, later)
         if setup.rebuild is not None:
             window = setup.rebuild(trainer.args.per_device_train_batch_size,
                                    trainer.args.gradient_accumulation_steps)
@@ -81,9 +86,13 @@ class OwnTrainerAdapter:
         clip = getattr(trainer.args, "max_grad_norm", None)
         notes = (f"max_grad_norm={clip:g}: the Trainer clips before the optimizer step, "
                  "which scales a large gradient uniformly",) if clip else ()
-        return lambda: train_and_capture(model, trainer.train, lambda: capture.grad,
+
+        def run() -> Captured:
+            with working_dir(setup.workdir):
+                return train_and_capture(model, trainer.train, lambda: capture.grad,
                                          "the Trainer", "bfloat16" if bf16 else "float32",
                                          notes)
+        return run
 
 
 ADAPTER = OwnTrainerAdapter()
