@@ -154,7 +154,7 @@ def test_pgrep_finds_each_rank_by_its_title(tmp_path, popen, forkserver):
 def test_a_stopped_rank_is_named_and_nothing_survives(tmp_path, popen):
     # Counted from the agent's start, so it must cover the start-up too: on the
     # plain path fresh interpreters import torch, and 6 s sometimes ended the
-    # job before its first step (2 of 7 plain runs under load).
+    # job before its first step (2 of 6 plain runs).
     timeout = 30
     started = time.monotonic()
     proc = _cli(popen, "train", "--stop-at", 50, "--out", tmp_path, "--timeout", timeout,
