@@ -89,7 +89,16 @@ clean: $(STAMP)
 
 # docs/: the instructors' worked solutions (from course/quiz.py) and the
 # cheat-sheet (from the bug catalog's report of runs/course, or a run of its own).
-.PHONY: solutions cheatsheet
+.PHONY: solutions cheatsheet readme recipes-page
+
+# docs/recipes.md: every recipe's formula and measured verdict, the reference
+# page chapter 08 points to (from runs/course, or a run of its own).
+recipes-page: $(STAMP)
+	$(BIN)/python -m course_lib.course.recipes_page
+
+# README's check table, from each check's own `compares` (scripts/readme_tables.py).
+readme: $(STAMP)
+	$(BIN)/python scripts/readme_tables.py
 
 solutions: $(STAMP)
 	$(BIN)/python -m course_lib.course.solutions

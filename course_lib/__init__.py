@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "widgets": "course_lib.course.widgets",
     "plots": "course_lib.course.plots",
     "expect": "course_lib.course.timings:expect",
-    # 01 the mean of means, 02 the token explorer
+    # 01 the mean of means (the arithmetic, the token explorer, theta)
     "arithmetic": "course_lib.core.arithmetic",
     "counter_example": "course_lib.core.arithmetic:counter_example",
     "global_mean": "course_lib.core.arithmetic:global_mean",
@@ -41,33 +41,37 @@ _EXPORTS: dict[str, str] = {
     "flat_grad": "course_lib.core.reference:flat_grad",
     "reference_gradient": "course_lib.core.reference:reference_gradient",
     "err_bound": "course_lib.reports.numbers:err_bound",
-    # 05 DDP parity
+    # 04 DDP parity
     "reference": "course_lib.course.api:single_process_reference",
     "objectives": "course_lib.core.objectives",
     "parity": "course_lib.jobs.parity:parity",
-    # 06 the bug lab
+    # 05 the bug lab
     "steps": "course_lib.steps",
     "audit": "course_lib.jobs.audit:audit",
     "bugs": "course_lib.jobs.audit:bugs",
     "describe_audit": "course_lib.jobs.audit:describe",
     "AuditReport": "course_lib.jobs.audit:AuditReport",
-    # 07 checkpoint and resume
+    # 06 checkpoint and resume
     "checkpoint": "course_lib.core.checkpoint",
     "train": "course_lib.jobs.train:train",
     "stop_and_continuous": "course_lib.jobs.train:stop_and_continuous",
     "continuous_dir": "course_lib.jobs.train:continuous_dir",
     "resume_check": "course_lib.jobs.resume:resume_check",
-    # 08 evaluation
+    "fresh_state": "course_lib.jobs.train:fresh_state",
+    "train_steps": "course_lib.jobs.train:train_steps",
+    # 07 evaluation and loss logging
     "evaluate_run": "course_lib.course.api:evaluate_run",
     "evaluation_job": "course_lib.jobs.evaluate",
     "reconcile": "course_lib.course.reconcile",
-    # 09 the exercise
+    "window_loss": "course_lib.core.normalize:window_loss",
+    "LoggingData": "course_lib.jobs.frameworks_logging:LoggingData",
+    # 04 DDP parity: the 12 -> 36 exercise
     "exercise": "course_lib.jobs.exercise:exercise",
-    # 10 production recipes
+    # 08 your framework, audited: the recipes, the real code, the real loops
     "recipes": "course_lib.steps.recipes",
     "recipe_audit": "course_lib.jobs.recipes",
     "lr_scale": "course_lib.course.lr_scale",
-    # 11 your framework, audited
+    "real_code": "course_lib.frameworks.source",
     "audit_frameworks": "course_lib.jobs.frameworks:audit_frameworks",
     "audit_trainer": "course_lib.jobs.frameworks:audit_trainer",
     "describe_frameworks": "course_lib.jobs.frameworks:describe",
@@ -75,14 +79,16 @@ _EXPORTS: dict[str, str] = {
     "Matrix": "course_lib.jobs.frameworks:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
     "installed_frameworks": "course_lib.jobs.frameworks:stack",
-    # 06 and 07: what the uneven-microbatches check kept of a step
+    # 05 the bug lab: the uneven layout, and what its check kept of a step
     "uneven_result": "course_lib.checks.uneven:result_path",
     "uneven_failure": "course_lib.checks.uneven:failure_path",
-    # 12 choose the unit
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
+    # 09 choose the unit
     "packing_of": "course_lib.rank.harness:packing_of",
-    # 14 capstone
+    # 09 choose the unit: the steps of any objective, objective_global's source
+    "objective_steps": "course_lib.steps.objectives",
+    # 10 capstone
     "capstone_check": "course_lib.jobs.capstone:check",
     "describe_capstone": "course_lib.jobs.capstone:describe",
     # every chapter's closing table, and reports by name

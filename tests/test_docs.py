@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from course_lib import checks
 from course_lib.course import cheatsheet, quiz, solutions
 from course_lib.jobs.audit import BugsReport
 from tests.conftest import ROOT
@@ -85,11 +86,11 @@ def test_the_cheatsheet_names_built_in_steps_and_every_trap_is_caught():
 
 
 def test_the_cheatsheet_agrees_with_the_courses_run():
-    """When chapter 06 has written runs/course/reports/bugs.json, its verdicts
+    """When chapter 05 has written runs/course/reports/bugs.json, its verdicts
     are the committed sheet's (the catalog is deterministic)."""
     out = ROOT / "runs" / cheatsheet.RUN_NAME
     if not BugsReport.exists(out):
-        pytest.skip("no runs/course/reports/bugs.json: chapter 06 has not run here")
+        pytest.skip("no runs/course/reports/bugs.json: chapter 05 has not run here")
     run = BugsReport.load(out)
     if run.objective != cheatsheet.objectives.DEFAULT:
         pytest.skip(f"the course's bugs report is of objective {run.objective}")
@@ -109,3 +110,29 @@ def test_the_docs_are_linked():
         assert f"docs/{name}" in readme, f"README.md does not link docs/{name}"
     for name in ("glossary.md", "cheatsheet.md"):
         assert f"../docs/{name}" in setup, f"00_setup does not link docs/{name}"
+
+
+def test_the_readme_check_table_is_the_registrys():
+    """README's check table is each check's name and ``compares``, in order."""
+    from scripts import readme_tables
+
+    assert readme_tables.updated(readme_tables.README.read_text()) == \
+        readme_tables.README.read_text(), "README.md's check table is stale: make readme"
+    table = readme_tables.check_table()
+    for name, check in checks.CHECKS.items():
+        assert f"| `{name}` | {check.compares} |" in table
+    planted = readme_tables.updated(readme_tables.README.read_text().replace(
+        "| `parity` |", "| `parity_renamed` |"))
+    assert "`parity_renamed`" not in planted  # a stale row is rewritten, not kept
+
+
+def test_the_committed_recipes_page_is_the_generators_output():
+    """docs/recipes.md, the 34-row reference chapter 08 points to, is the
+    rendering of the committed report, which audits every recipe."""
+    from course_lib.course import recipes_page
+    from course_lib.steps.recipes import RECIPES
+
+    report = recipes_page.committed()
+    assert set(report.recipes) == set(RECIPES), "docs/recipes-report.json: make recipes-page"
+    assert recipes_page.markdown_path().read_text() == recipes_page.markdown(report), (
+        "docs/recipes.md is stale: run `make recipes-page` (or --snapshot)")

@@ -158,3 +158,17 @@ def test_inner_products_in_blocks_are_the_dot_products():
         for j, y in enumerate(b):
             assert across[i, j] == pytest.approx(float(x.double() @ y.double()), rel=1e-12)
     assert across.shape == (3, 2) and torch.equal(among, among.T)
+
+
+def test_every_counting_line_chapter_08_prints_is_in_the_installed_transformers():
+    """Chapter 08 prints the installed Trainer's counting lines, found by their
+    fragments: a version that moves one must not print 'not found'."""
+    from course_lib.frameworks import source
+
+    for wanted in source.TRANSFORMERS:
+        line = source.find(wanted)
+        assert line is not None or wanted.optional, f"{wanted.formula}: not found"
+        if line is not None:
+            assert any(f in "\n".join(line.code) for f in wanted.fragments), wanted
+    shown = source.describe(source.installed())
+    assert "not found in this version" not in shown

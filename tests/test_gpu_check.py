@@ -77,7 +77,7 @@ def test_plan_for_one_gpu(gc, tmp_path):
     stages = {s.name: s for s in gc.plan(1, tmp_path)}
     assert list(stages) == ["check_env", "reference", "parity_nccl_w1", "parity_nccl_w2",
                             "parity_gloo_cuda_w2", "audit_global_token_f64",
-                            "chapter05_papermill"]
+                            "chapter04_papermill"]
     env = stages["check_env"].argv
     assert env[env.index("--backend") + 1] == "nccl" and "--launch" in env
     assert env[env.index("--world-size") + 1] == "1"
@@ -100,11 +100,11 @@ def test_plan_for_one_gpu(gc, tmp_path):
     assert audit[audit.index("--dtype") + 1] == "float64"
     assert audit[audit.index("--device") + 1] == "cuda"
 
-    nb = stages["chapter05_papermill"]
-    assert "papermill" in nb.argv and "notebooks/05_ddp_parity.ipynb" in nb.argv
+    nb = stages["chapter04_papermill"]
+    assert "papermill" in nb.argv and "notebooks/04_ddp_parity.ipynb" in nb.argv
     params = {nb.argv[i + 1]: nb.argv[i + 2] for i, a in enumerate(nb.argv) if a == "-p"}
     assert params["backend"] == "nccl" and params["world_size"] == "1"
-    assert str(nb.out) in nb.argv[nb.argv.index("notebooks/05_ddp_parity.ipynb") + 1]
+    assert str(nb.out) in nb.argv[nb.argv.index("notebooks/04_ddp_parity.ipynb") + 1]
 
 
 def test_plan_for_two_gpus(gc, tmp_path):
@@ -116,7 +116,7 @@ def test_plan_for_two_gpus(gc, tmp_path):
     assert w2.argv[w2.argv.index("--world-size") + 1] == "2"
     env = stages["check_env"].argv
     assert env[env.index("--world-size") + 1] == "2"
-    nb = stages["chapter05_papermill"].argv
+    nb = stages["chapter04_papermill"].argv
     assert nb[nb.index("world_size") + 1] == "2"
     # more GPUs: still at most 2 ranks
     assert [(s.name, s.world_size) for s in gc.plan(8, tmp_path)] == \

@@ -232,7 +232,7 @@ def test_the_replay_key_reads_the_files_a_job_reads(tmp_path, cfg):
 def test_a_stored_failure_keeps_every_field_of_its_error():
     """A replayed LaunchError reads as the one it copies: the uneven check
     compares ``audited`` with the step it expects to fail (a replay that
-    dropped it failed chapter 06 in both editions)."""
+    dropped it failed the bug lab, chapter 05, in both editions)."""
     from course_lib.run.launch import LaunchError
     from tests.machinery import replay
 

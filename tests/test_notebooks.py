@@ -9,12 +9,10 @@ from tests.conftest import ROOT
 
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 STEMS = [p.stem for p in CHAPTERS]
-# At least the twelve chapters of the first edition; a new one joins by its file name.
-FIRST = ["00_setup", "01_mean_of_means", "02_token_explorer", "03_data_and_plan",
-         "04_global_denominator", "05_ddp_parity", "06_bug_lab",
-         "07_checkpoint_resume", "08_evaluation", "09_exercise",
-         "10_production_recipes", "11_framework_audit", "12_choose_the_unit",
-         "13_adapting"]
+# The course's arc: eleven chapters that build on each other, in this order.
+ARC = ["00_setup", "01_mean_of_means", "02_data_and_plan", "03_global_denominator",
+       "04_ddp_parity", "05_bug_lab", "06_checkpoint_resume", "07_evaluation",
+       "08_framework_audit", "09_choose_the_unit", "10_capstone"]
 # Every chapter from 01 on asks for a graded prediction before its reveal.
 PREDICTS = STEMS[1:]
 ABSOLUTE = re.compile(r"(?<![\w.])/(work|root|tmp|home|Users|private|var)/")
@@ -33,7 +31,7 @@ def _text_of(output):
 
 
 def test_the_chapters_exist_numbered_in_order():
-    assert set(FIRST) <= set(STEMS)
+    assert STEMS == ARC, "the chapters are the arc's, and no other"
     assert [int(stem[:2]) for stem in STEMS] == list(range(len(STEMS)))
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+", stem) for stem in STEMS)
 
@@ -99,14 +97,14 @@ def test_key_numbers_are_in_the_committed_outputs():
         return "".join(_text_of(o) for c in nb["cells"] if c["cell_type"] == "code"
                        for o in c["outputs"])
     assert "2.5" in outputs("01_mean_of_means")
-    parity = outputs("05_ddp_parity")
+    parity = outputs("04_ddp_parity")
     assert re.search(r"global_token\s+allclose=True", parity)
     assert re.search(r"mean_of_means\s+allclose=False", parity)
-    resume = outputs("07_checkpoint_resume")
+    resume = outputs("06_checkpoint_resume")
     assert "max |param diff| = 0.0 " in resume and "identical: True" in resume
-    assert "loss per token: trained" in outputs("08_evaluation")
-    assert "mean of means 2.00, global mean 2.50" in outputs("09_exercise")
-    bugs = outputs("06_bug_lab")
+    assert "loss per token: trained" in outputs("07_evaluation")
+    assert "mean of means 2.00, global mean 2.50" in parity
+    bugs = outputs("05_bug_lab")
     assert "every bug caught: True" in bugs and "no correct design flagged: True" in bugs
 
 

@@ -216,20 +216,10 @@ def _chapter_chunks(path) -> tuple[tuple[str, str], ...]:
     return tuple(chunks)
 
 
-# Predictions that an EARLIER chapter answers today, and the chapters that do.
-# The re-cut of issue 28 removes them; the test fails on a new one, and on an
-# entry that no longer holds, so the list can only shrink.
-ANSWERED_EARLIER: dict[str, set[str]] = {
-    "06_bug_lab:bug_lab.predict_forgot_world_size": {"05_ddp_parity"},  # read from a run
-    "06_bug_lab:bug_lab.predict_no_sync_backward_only": {
-        "04_global_denominator", "05_ddp_parity"},
-    "12_choose_the_unit:choose_the_unit.predict": {
-        "01_mean_of_means", "04_global_denominator"},
-    "13_adapting:adapting.predict_empty": {
-        "00_setup", "01_mean_of_means", "02_token_explorer", "04_global_denominator",
-        "07_checkpoint_resume", "08_evaluation", "10_production_recipes",
-        "12_choose_the_unit"},
-}
+# Predictions that an EARLIER chapter answers, and the chapters that do. The
+# re-cut of issue 28 emptied it; the test fails on a new one, and on an entry
+# that no longer holds, so the list can only shrink.
+ANSWERED_EARLIER: dict[str, set[str]] = {}
 
 
 def test_no_prediction_is_answered_by_an_earlier_chapter():

@@ -247,32 +247,29 @@ def test_predictions_on_the_parity_window_without_a_launch(cfg, corpus):
 
 
 def test_exercises_grade_without_giving_the_answer_away():
-    assert str(quiz.check("production_recipes.1", 511 / 512)) == "correct"
-    assert str(quiz.check("production_recipes.2", 0.4)) == "correct"
-    assert str(quiz.check("production_recipes.3", "megatron_pre_clamp")) == "correct"
-    assert str(quiz.check("production_recipes.5", "world_size_invariance")) == "correct"
-    for n, wrong in [(1, 1.0), (2, 0.05), (3, "fairseq"), (4, 0.5), (5, "trajectory")]:
-        qid = f"production_recipes.{n}"
+    assert str(quiz.check("framework_audit.1", 1200 / 1206)) == "correct"
+    assert str(quiz.check("framework_audit.2", 0.4)) == "correct"
+    assert str(quiz.check("framework_audit.5", 1016 / 1008)) == "correct"
+    for n, wrong in [(1, 1.0), (2, 0.05), (5, 1.0)]:
+        qid = f"framework_audit.{n}"
         verdict = quiz.check(qid, wrong)
         assert not verdict.correct and str(verdict).startswith("not yet: "), qid
         answer = quiz.QUESTIONS[qid].expected()
         assert "correct" not in str(verdict)
-        if isinstance(answer, str):
-            assert answer not in str(verdict), qid
-        else:
-            assert f"{answer:.3g}" not in str(verdict), qid
+        assert f"{answer:.3g}" not in str(verdict), qid
 
 
-def test_the_prediction_is_the_set_of_exact_recipes():
-    # Chapter 10 asks about the fine-tuning recipes; chapter 12 has the RL ones.
-    exact = {n for n in EXACT_RECIPES if not RECIPES[n].policy} - {"course_rule"}
-    q = quiz.QUESTIONS["production_recipes.predict"]
+def test_the_prediction_is_the_set_of_exact_representative_recipes():
+    # Chapter 08 asks about eight fine-tuning recipes; chapter 09 has the RL ones.
+    q = quiz.QUESTIONS["framework_audit.predict"]
+    assert tuple(q.choices()) == recipes.REPRESENTATIVE
     assert "course_rule" not in q.choices()
     assert not any(RECIPES[n].policy for n in q.choices())
-    assert set(q.expected()) == exact
-    assert quiz.check("production_recipes.predict", sorted(exact)).correct
+    exact = {n for n in recipes.REPRESENTATIVE if n in EXACT_RECIPES}
+    assert set(q.expected()) == exact == {"fairseq", "torchtitan_fsdp", "megatron_per_token"}
+    assert quiz.check("framework_audit.predict", sorted(exact)).correct
     picked = sorted(exact | {"torchtitan_ddp"})
-    assert not quiz.check("production_recipes.predict", picked).correct
+    assert not quiz.check("framework_audit.predict", picked).correct
 
 
 def test_a_uniform_scale_moves_sgd_and_barely_adam(cfg, corpus):
@@ -289,8 +286,8 @@ def test_a_uniform_scale_moves_sgd_and_barely_adam(cfg, corpus):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """`course-lib recipes --checks parity`: chapter 10's launch (one, at W = 2),
-    which `make test` runs once for both (course_lib/replay.py)."""
+    """`course-lib recipes --checks parity`: chapter 08's launch (one, at W = 2),
+    which `make test` runs once for both (tests/machinery/replay.py)."""
     out = tmp_path_factory.mktemp("recipes")
     return out, course_lib_cli("recipes", "--checks", "parity", "--out", out)
 

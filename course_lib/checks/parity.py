@@ -17,4 +17,5 @@ def parity(a: Auditor) -> CheckResult | None:
 
 
 CHECK = Check("parity", "every gradient component of every rank against the reference "
-              "(atol 1e-6, rtol 1e-4; with --dtype float64, atol 1e-12)", parity)
+              "(atol 1e-6, rtol 1e-4; with --dtype float64, atol 1e-12: the formula is "
+              "exact, not only right within fp32 rounding)", parity)

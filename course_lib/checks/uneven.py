@@ -132,7 +132,7 @@ def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:
                        note=f"microbatches per rank: {counts}")
 
 
-CHECK = Check(NAME, f"the window re-batched by a budget of {MAX_TOKENS} padded tokens, so "
-              "ranks make different numbers of microbatches; a step that deadlocks is "
-              "named (a launch of its own)",
+CHECK = Check(NAME, f"the window re-batched by a budget of {MAX_TOKENS} padded tokens "
+              "(fairseq's max_tokens), so the ranks make different numbers of "
+              "microbatches; a step that deadlocks is named (a launch of its own)",
               apart=Apart(UnevenJob, run_rank, collect, run=run))

@@ -96,7 +96,7 @@ def single_process_reference(cfg: Config, out: Path, data_dir: Path | None = Non
 
 def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
             **kw: Any) -> str:
-    """The whole protocol, launch by launch as chapters 05, 09 and 07 run it,
+    """The whole protocol, launch by launch as chapters 04 and 06 run it,
     then the summary table: parity; the exercise; stop at K and the
     continuous run; the resume from K in a fresh process, then the ablations.
     """

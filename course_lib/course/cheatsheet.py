@@ -2,7 +2,7 @@
 
 ``python -m course_lib.course.cheatsheet`` (``make cheatsheet``) reads the
 bug catalog's report of the course's run (``runs/course/reports/bugs.json``,
-written by chapter 06), or runs the catalog itself into ``runs/cheatsheet``
+written by chapter 05), or runs the catalog itself into ``runs/cheatsheet``
 when that run is absent, then writes:
 
 - ``docs/cheatsheet-bugs.json``: the report it read, committed, so that the
@@ -29,7 +29,7 @@ from course_lib.course.style import COLORS
 from course_lib.jobs.audit import BugsReport
 from course_lib.reports.store import to_json
 
-RUN_NAME = "course"  # the chapters' run, where chapter 06 writes bugs.json
+RUN_NAME = "course"  # the chapters' run, where chapter 05 writes bugs.json
 OWN_RUN = "cheatsheet"  # where the sheet runs the catalog when that run is absent
 
 
@@ -100,7 +100,7 @@ def measure() -> tuple[BugsReport, str]:
     if BugsReport.exists(course):
         found = BugsReport.load(course)
         if found.objective == objectives.DEFAULT:
-            return found, f"runs/{RUN_NAME}/reports/bugs.json (chapter 06's run)"
+            return found, f"runs/{RUN_NAME}/reports/bugs.json (chapter 05's run)"
     from course_lib.course.api import load_config
     from course_lib.jobs.audit import bugs
 

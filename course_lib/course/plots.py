@@ -6,6 +6,7 @@ so a notebook shows each one exactly once, as the cell's value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -267,18 +268,19 @@ def _short(err: float) -> str:
     return "0" if err == 0 else f"{err:.0e}"
 
 
-# --- chapter 10: the frameworks' recipes ---------------------------------------------
+# --- chapter 08: the frameworks' recipes ---------------------------------------------
 
 REGIME_COLORS = {"balanced": "#2166ac", "skewed": "#c51b7d"}
 
 
-def recipe_errors(report: RecipesReport) -> Figure:
-    """||g - g*|| / ||g*|| per recipe, on the balanced and the skewed window."""
+def recipe_errors(report: RecipesReport, names: Sequence[str] | None = None) -> Figure:
+    """||g - g*|| / ||g*|| per recipe (every one, or ``names``), on the
+    balanced and the skewed window."""
     from course_lib.core.verdicts import TOLERANCE
     from course_lib.jobs.recipes import REGIMES
 
-    names = list(report.recipes)
-    rows = list(report.recipes.values())
+    names = list(names or report.recipes)
+    rows = [report.recipes[n] for n in names]
     fig, (ax,) = _figure(height=0.32 * len(names) + 1.2)
     floor = 1e-9  # log axis: float32 rounding of an exact recipe sits near 1e-7
     tol = TOLERANCE.of(report.dtype)

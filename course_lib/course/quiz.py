@@ -165,7 +165,7 @@ def _from(report: str, get: Callable[[Any], Any], file: str | None = None
 
 
 def _repeats(sequences: int, world_size: int) -> int:
-    """14: the sequences DistributedSampler hands out a second time."""
+    """10: the sequences DistributedSampler hands out a second time."""
     return -sequences % world_size
 
 
@@ -175,45 +175,24 @@ def _check_names() -> tuple[str, ...]:
     return NAMES
 
 
-def _recipe_names() -> tuple[str, ...]:
-    """Every fine-tuning recipe but the course's own rule (chapter 12 has the RL ones)."""
-    from course_lib.steps.recipes import RECIPES
+# 05 bug_lab: the checks that compare a step with itself, never with the reference
+REFERENCE_FREE = ("accumulation_invariance", "world_size_invariance",
+                  "permutation_invariance", "no_sync")
+# 05 bug_lab: what a step does when the ranks make different numbers of microbatches
+UNEVEN_OUTCOMES = ("right gradient", "wrong gradient", "deadlock")
 
-    return tuple(name for name, r in RECIPES.items()
-                 if name != "course_rule" and not r.policy)
+
+def _representative() -> tuple[str, ...]:
+    """The recipes chapter 08 reads before it runs them."""
+    from course_lib.steps.recipes import REPRESENTATIVE
+
+    return REPRESENTATIVE
 
 
 def _exact_recipes() -> list[str]:
     from course_lib.steps.recipes import trains_the_token_mean
 
-    return [name for name in _recipe_names() if trains_the_token_mean(name)]
-
-
-# 11 framework_audit: configurations a learner predicts, as (framework, model, flags).
-AUDITED: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "hf/llama/on": ("hf", "llama", {"average_tokens_across_devices": True}),
-    "hf/llama/off": ("hf", "llama", {"average_tokens_across_devices": False}),
-    "hf/gpt2/on": ("hf", "gpt2", {"average_tokens_across_devices": True}),
-    "accelerate/accumulate": ("accelerate", "llama", {"recipe": "accumulate"}),
-    "accelerate/docs_recipe": ("accelerate", "llama", {"recipe": "docs_recipe"}),
-    "lightning": ("lightning", "llama", {}),
-}
-
-
-def _exact_configurations() -> list[str]:
-    """Those the reading of the installed versions says train the token
-    mean (the chapter's run and the committed matrix check the reading)."""
-    from course_lib.frameworks import adapter, installed
-    from course_lib.frameworks.candidates import EXACT
-    from course_lib.frameworks.expected import expected
-
-    found = []
-    for key, (framework, model, flags) in AUDITED.items():
-        version = installed(adapter(framework).package)
-        stack = {"transformers": installed("transformers") or ""}
-        if version and expected(framework, version, model, flags, stack) == EXACT.name:
-            found.append(key)
-    return found
+    return [name for name in _representative() if trains_the_token_mean(name)]
 
 
 def _default_flag_formula(version: str, model: str) -> str:
@@ -226,17 +205,6 @@ def _default_flag_formula(version: str, model: str) -> str:
     return formula
 
 
-def _counts(report):
-    """The window's counts, from the first measured row."""
-    return next(r.counts for r in report.rows if r.counts is not None)
-
-
-def _rank0_weight(report) -> float:
-    """N / (W N_0): how much more a rank-0 token weighs in a mean of rank means."""
-    c = _counts(report)
-    return c.N / (len(c.N_r) * c.N_r[0])
-
-
 def _candidate_names() -> tuple[str, ...]:
     from course_lib.frameworks.candidates import CANDIDATES
 
@@ -244,29 +212,18 @@ def _candidate_names() -> tuple[str, ...]:
 
 
 @cache
-def _dr_grpo_factor(world_size: int = 2) -> float:
-    """trl_grpo_dr_grpo's scale of the A-weighted token mean, on the parity window."""
-    from course_lib.course.api import corpus, load_config
-    from course_lib.jobs.recipes import predicted_on_parity_window
-
-    cfg = load_config()
-    factor = predicted_on_parity_window(cfg, corpus(cfg), world_size)[
-        "trl_grpo_dr_grpo"].factor
-    assert factor is not None  # a constant normalizer: uniformly scaled
-    return factor
-
-
-@cache
-def _uneven_counts(max_tokens: int, world_size: int = 2) -> list[int]:
-    """Each rank's microbatch count on the parity window, re-batched by a budget."""
+def _length_bias(world_size: int = 2) -> float:
+    """09: under the sequence mean, what a token of the parity window's
+    shortest sequence weighs over one of its longest: a token of sequence s
+    weighs 1 / (K n_s), so the ratio is the longest count over the shortest."""
     from course_lib.core.data import parity_window
     from course_lib.course.api import corpus, load_config
-    from course_lib.rank.harness import uneven_layout
 
     cfg = load_config()
     data = corpus(cfg)
-    return [len(r) for r in uneven_layout(parity_window(cfg, data, world_size), data,
-                                          max_tokens)]
+    counts = [len(data.sequences[i]) - 1 for rank in parity_window(cfg, data, world_size)
+              for mb in rank for i in mb]
+    return max(counts) / min(counts)
 
 
 @cache
@@ -284,27 +241,19 @@ def _documents(width: int, world_size: int = 2) -> int:
                for rank in parity_window(cfg, data, world_size) for ids in rank)
 
 
-@cache
-def _avg_tokens_factor(world_size: int) -> float:
-    """HF 4.46.3-5.9's scale N / (N + R), flag on, on the parity window at this W."""
-    from course_lib.course.api import corpus, load_config
-    from course_lib.jobs.recipes import predicted_on_parity_window
-
-    cfg = load_config()
-    factor = predicted_on_parity_window(cfg, corpus(cfg), world_size)[
-        "hf_trainer_avg_tokens"].factor
-    assert factor is not None  # the recipe is uniformly scaled
-    return factor
-
-
-def _plan_tokens(step: int) -> int:
+def _window_bias(step: int, per_token: tuple[float, ...]) -> float:
+    """Mean of means - token mean on window ``step`` of the 2-rank plan, when
+    every supervised token of rank r has the loss ``per_token[r]``."""
+    from course_lib.core import arithmetic
     from course_lib.core.data import make_plan
     from course_lib.course.api import corpus, load_config
 
     cfg = load_config()
     data = corpus(cfg)
-    window = make_plan(cfg, data, cfg.train.world_size)[step]
-    return sum(len(data.sequences[i]) - 1 for rank in window for mb in rank for i in mb)
+    window = make_plan(cfg.with_world_size(2), data, 2)[step]
+    counts = [sum(len(data.sequences[i]) - 1 for mb in rank for i in mb) for rank in window]
+    sums = [n * x for n, x in zip(counts, per_token, strict=True)]
+    return arithmetic.mean_of_means(sums, counts) - arithmetic.global_mean(sums, counts)
 
 
 def _explorer_bias(world_size: int) -> float:
@@ -325,16 +274,17 @@ def _targets_for_optimum(theta: float, others: int = 36) -> float:
     return others * (1 + theta) / (1 - theta)
 
 
-def _plan_token_ratio() -> float:
-    """Rank 1's supervised tokens over rank 0's, summed over the whole plan."""
+def _plan_token_ratio(world_size: int = 2) -> float:
+    """The last rank's supervised tokens over rank 0's, summed over the whole
+    plan of ``world_size`` ranks."""
     from course_lib.core.data import make_plan
     from course_lib.course.api import corpus, load_config
 
-    cfg = load_config()
+    cfg = load_config().with_world_size(world_size)
     data = corpus(cfg)
-    plan = make_plan(cfg, data, 2)
+    plan = make_plan(cfg, data, world_size)
     per_rank = [sum(len(data.sequences[i]) - 1 for window in plan
-                    for mb in window[r] for i in mb) for r in (0, 1)]
+                    for mb in window[r] for i in mb) for r in (0, world_size - 1)]
     return per_rank[1] / per_rank[0]
 
 
@@ -352,60 +302,9 @@ def _length_count_factor(step: int) -> float:
     return right / (right + len(ids))
 
 
-def _masked_tokens(prompt: int) -> int:
-    from course_lib.core.data import IGNORE_INDEX, collate, make_plan
-    from course_lib.core.model import count_tokens
-    from course_lib.course.api import corpus, load_config
-
-    cfg = load_config()
-    data = corpus(cfg)
-    ids = make_plan(cfg, data, cfg.train.world_size)[0][0][0]
-    _, labels = collate(data, ids)
-    labels[:, :prompt] = IGNORE_INDEX
-    return int(count_tokens(labels))
-
-
-# 09 exercise: the scenarios of configs/exercise.yaml, and the modes it runs.
-_EXERCISE_PAIRS = ("balanced/global_token", "balanced/mean_of_means",
-                   "skewed/global_token", "skewed/mean_of_means")
-# exercise.2's run: rank 1 one token above rank 0, written under runs/course/.
+# 04 the 12 -> 36 exercise: ddp_parity.3's run, rank 1 one token above rank 0,
+# written under runs/course/.
 _ONE_OFF = "exercise-12-13"
-
-
-def _exercise_counts() -> tuple[dict[str, tuple[int, ...]], tuple[float, ...]]:
-    from course_lib.course.api import load_config
-
-    ex = load_config(paths.config_path("exercise")).exercise
-    assert ex is not None  # configs/exercise.yaml has an exercise section
-    return {sc.name: tuple(sc.tokens) for sc in ex.scenarios}, tuple(ex.per_token_loss)
-
-
-def _exercise_mean(scenario: str, scheme: str) -> float:
-    """The hand example's mean of one scenario, from the config."""
-    from course_lib.core import arithmetic
-
-    counts, losses = _exercise_counts()
-    tokens = counts[scenario]
-    sums = [n * x for n, x in zip(tokens, losses, strict=True)]
-    if scheme == "global":
-        return arithmetic.global_mean(sums, tokens)
-    return arithmetic.mean_of_means(sums, tokens)
-
-
-def _exercise_exact() -> list[str]:
-    """The scenario/mode pairs whose token weights are the global 1/N on
-    every rank: the gradients that can match the reference."""
-    from course_lib.core import arithmetic
-
-    exact = []
-    for name, tokens in _exercise_counts()[0].items():
-        right = arithmetic.token_weights(tokens, "global")
-        for mode, scheme in (("global_token", "global"),
-                             ("mean_of_means", "mean_of_means")):
-            weights = arithmetic.token_weights(tokens, scheme)
-            if all(math.isclose(w, r) for w, r in zip(weights, right, strict=True)):
-                exact.append(f"{name}/{mode}")
-    return exact
 
 
 def _exercise_verdict(folder: str, mode: str) -> str:
@@ -421,24 +320,46 @@ def _exercise_verdict(folder: str, mode: str) -> str:
     return "yes" if getattr(scenario.gradients, mode).allclose else "no"
 
 
-def _empty_rank_fraction() -> float:
-    """13 adapting, only rank 0 holding tokens (N = N_0): a rank-0 token
-    weighs 1 / (W N_0) in the mean of means, 1 / N in the token mean: the
-    ratio is 1 / W, W the chapter's world size."""
-    from course_lib.course.api import load_config
-
-    return 1 / load_config().train.world_size
+LOSS_GAP_BANDS = ("under 0.05 nat", "0.05 to 0.3 nat", "over 0.3 nat")
 
 
-def _rank0_vs_rule(local_tokens: list[int]) -> str:
-    """05: a rank-0 token's weight under the mean of means, N / (W N_0), vs 1."""
-    ratio = sum(local_tokens) / (len(local_tokens) * local_tokens[0])
-    return "the same" if math.isclose(ratio, 1.0) else "more" if ratio > 1 else "less"
+def _loss_gap_band(report) -> str:
+    """04: the band of |mean of means - global mean| of the untrained model's
+    losses on the exercise's skewed scenario."""
+    m = report.scenario("skewed").model
+    gap = abs(m.mean_of_means - m.global_mean)
+    return LOSS_GAP_BANDS[0] if gap < 0.05 else LOSS_GAP_BANDS[1] if gap <= 0.3 \
+        else LOSS_GAP_BANDS[2]
+
+
+@cache
+def _rank_tokens(world_size: int) -> tuple[int, ...]:
+    """04: each rank's supervised targets N_r on the parity window at this W."""
+    from course_lib.core.data import parity_window
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    return tuple(sum(len(data.sequences[i]) - 1 for mb in rank for i in mb)
+                 for rank in parity_window(cfg, data, world_size))
+
+
+def _mom_weight(rank: int, world_size: int) -> float:
+    """04: a token of ``rank`` under the mean of means weighs 1 / (W N_r); in
+    units of its due 1 / N, that is N / (W N_r)."""
+    counts = _rank_tokens(world_size)
+    return sum(counts) / (world_size * counts[rank])
+
+
+def _overweighted(world_size: int) -> list[str]:
+    """04: the ranks whose tokens the mean of means over-weights, N_r < N / W."""
+    counts = _rank_tokens(world_size)
+    return [f"rank {r}" for r, n in enumerate(counts) if n * world_size < sum(counts)]
 
 
 @cache
 def _window_tokens(world_size: int) -> tuple[int, int]:
-    """05, 06: the parity window at this W, as (targets N, sequences R)."""
+    """05: the parity window at this W, as (targets N, sequences R)."""
     from course_lib.core.data import parity_window
     from course_lib.course.api import corpus, load_config
 
@@ -449,7 +370,7 @@ def _window_tokens(world_size: int) -> tuple[int, int]:
 
 
 def _atol_to_pass(report) -> float:
-    """05: the smallest atol, at the report's rtol, under which every sampled
+    """04: the smallest atol, at the report's rtol, under which every sampled
     mean-of-means component passes allclose."""
     s = report.grad_sample
     return max(abs(m - r) - report.rtol * abs(r)
@@ -457,13 +378,43 @@ def _atol_to_pass(report) -> float:
 
 
 def _shift_scale(world_size: int) -> float:
-    """06: length_before_shift's uniform scale N / (N + R) on the parity window."""
+    """05: length_before_shift's uniform scale N / (N + R) on the parity window."""
     n, r = _window_tokens(world_size)
     return n / (n + r)
 
 
+@cache
+def _uneven_counts(max_tokens: int, world_size: int = 2) -> list[int]:
+    """Each rank's microbatch count on the parity window, re-batched by a budget."""
+    from course_lib.core.data import parity_window
+    from course_lib.course.api import corpus, load_config
+    from course_lib.rank.harness import uneven_layout
+
+    cfg = load_config()
+    data = corpus(cfg)
+    return [len(r) for r in uneven_layout(parity_window(cfg, data, world_size), data,
+                                          max_tokens)]
+
+
+def _padding(world_size: int) -> int:
+    """05: the empty microbatches pad_to_longest_rank runs, over every rank, on
+    the parity window re-batched by uneven_microbatches' budget."""
+    from course_lib.checks.uneven import MAX_TOKENS
+
+    counts = _uneven_counts(MAX_TOKENS, world_size)
+    return sum(max(counts) - c for c in counts)
+
+
+def _join_left(max_tokens: int) -> float:
+    """05: under join_every_microbatch at W = 2, the share of what both ranks
+    synced that is left in the longer rank's gradient: each of its syncs
+    after the other rank ran out averages its whole .grad with zeros."""
+    counts = _uneven_counts(max_tokens, 2)
+    return 0.5 ** (max(counts) - min(counts))
+
+
 def _reseeded_window(update: int) -> Callable[[Any], int]:
-    """07: the window (from 0) the re-seeded sampler draws for ``update``; the
+    """06: the window (from 0) the re-seeded sampler draws for ``update``; the
     report counts windows from 1."""
     def get(r) -> int:
         first = r.ablations["sampler_from_seed"].first_window_after_resume - 1
@@ -471,18 +422,64 @@ def _reseeded_window(update: int) -> Callable[[Any], int]:
     return get
 
 
-FLOOR_GAP_BANDS = ("under 0.1 nat", "0.1 to 0.5 nat", "over 0.5 nat")
+# 07 evaluation: the logged values a learner predicts, as rows of the committed
+# data/frameworks-logging.json (framework, what is logged, mode; the Llama model).
+LOGGED: dict[str, tuple[str, str, str]] = {
+    "HF train loss": ("hf", "train loss", "average_tokens_across_devices=True"),
+    "HF eval_loss": ("hf", "eval_loss", "average_tokens_across_devices=True"),
+    "accelerate gather_for_metrics(loss)": ("accelerate", "eval loss",
+                                            "gather_for_metrics(loss)"),
+    "Lightning on_step": ("lightning", "train loss, first step",
+                          "on_step=True, sync_dist=True"),
+}
 
 
-def _floor_gap_band(gap: float) -> str:
-    """08: the band of FLOOR_GAP_BANDS that holds the trained model's gap."""
-    return FLOOR_GAP_BANDS[0] if gap < 0.1 else FLOOR_GAP_BANDS[1] if gap <= 0.5 \
-        else FLOOR_GAP_BANDS[2]
+def _logged_token_means() -> list[str]:
+    """07: the options of LOGGED whose measured value is the token mean."""
+    from course_lib.jobs.frameworks_logging import TOKEN_MEAN, LoggingData
+
+    run = LoggingData.committed().run
+    return [name for name, key in LOGGED.items()
+            if run.row(*key, model="llama").verdict == TOKEN_MEAN]
+
+
+def _train_log(first: int, last: int) -> list[dict[str, Any]]:
+    """07: every rank's log line of updates ``first`` to ``last`` in the
+    chapters' run (logs/train-rank<R>.jsonl)."""
+    import json
+
+    found = []
+    for path in sorted((paths.default_out("course") / "logs").glob("train-rank*.jsonl")):
+        found += [rec for rec in map(json.loads, path.read_text().splitlines())
+                  if rec["event"] == "step" and first <= rec["step"] <= last]
+    if len({rec["step"] for rec in found}) != last - first + 1:
+        raise FileNotFoundError(tr("run chapter 06 first: no training log yet"))
+    return found
+
+
+def _logged_token_mean(first: int, last: int) -> float:
+    """07: the token mean of updates ``first`` to ``last`` taken together."""
+    lines = _train_log(first, last)
+    return sum(r["local_loss_sum"] for r in lines) / sum(r["local_tokens"] for r in lines)
+
+
+def _logged_rank_means(step: int) -> float:
+    """07: the mean of the ranks' own means S_r / N_r at update ``step``."""
+    lines = _train_log(step, step)
+    return sum(r["local_loss_sum"] / r["local_tokens"] for r in lines) / len(lines)
+
+
+def _stationary_entropy() -> float:
+    """07: the expected loss of a model that always predicts the source's
+    stationary distribution: its entropy H(pi)."""
+    from course_lib.course.api import corpus, load_config
+
+    return -sum(p * math.log(p) for p in corpus(load_config()).source.stationary if p > 0)
 
 
 @cache
 def _test_targets(count: int) -> int:
-    """08: the next-token targets of the first ``count`` test sequences."""
+    """07: the next-token targets of the first ``count`` test sequences."""
     from course_lib.course.api import corpus, load_config
 
     data = corpus(load_config())
@@ -490,13 +487,13 @@ def _test_targets(count: int) -> int:
 
 
 def _shard_size(world_size: int) -> int:
-    """08: the sequences DistributedSampler hands each rank of the test split."""
+    """07: the sequences DistributedSampler hands each rank of the test split."""
     from course_lib.course.api import corpus, load_config
 
     return -(-len(corpus(load_config()).splits["test"]) // world_size)
 
 
-# --- the questions, keyed by the chapter's slug (05_ddp_parity -> ddp_parity) ---------
+# --- the questions, keyed by the chapter's slug (04_ddp_parity -> ddp_parity) ---------
 
 QUESTIONS: dict[str, Question] = {
     # 01 the mean of means
@@ -513,46 +510,39 @@ QUESTIONS: dict[str, Question] = {
         "every token counts once, whichever rank holds it: what do all the "
         "tokens' losses average to?"),
     "mean_of_means.2": Question(
-        "Same ranks: what does the mean of means report?", "number", 1.5,
-        "each rank's mean first, then the mean of those"),
+        "Same ranks: the bias, mean of means minus global mean? Mind its sign.",
+        "number", 0.3,
+        "subtract in the order asked: the mean of means gives the 20-token "
+        "rank half the say, the global mean a fifth"),
     "mean_of_means.3": Question(
-        "Same ranks: under the mean of means, how many times heavier is a "
-        "rank-0 token than a rank-1 token?", "number", 4.0,
-        "a token of rank r weighs 1 / (W * N_r)"),
-    "mean_of_means.4": Question(
-        "Run arithmetic.token_weights([5, 45], 'mean_of_means'): what does one "
-        "rank-0 token weigh?", "number", 0.1,
-        "run the call and read the first weight"),
-    # 02 the token explorer
-    "token_explorer.predict_mom": Question(
-        "Theta example: at which theta is the mean-of-means gradient zero?",
-        "number", 0.0, "each rank's mean pulls toward its own target, +1 or -1"),
-    "token_explorer.predict_global": Question(
-        "At which theta is the global gradient zero?", "number", -0.5,
-        "the token-weighted average of the targets: 12 of +1, 36 of -1"),
-    "token_explorer.1": Question(
         "From the start position (12 tokens of loss 1, 36 of loss 3), raise W "
         "to 3: rank 2 comes in with 24 tokens of loss 2. Predict the bias "
         "(mean of means - global mean), then move the slider to check.",
         "number", lambda: _explorer_bias(3),
         "the mean of means weighs the three ranks alike; the global mean "
         "weighs each by its share of the tokens"),
-    "token_explorer.2": Question(
-        "Set tokens to [12, 36] and swap the losses to [3, 1] in the explorer. "
-        "The bias (mean of means - global mean)?", "number", 0.5,
-        "the mean of means does not see the swap; the global mean now gives "
-        "the low loss three times the say of the high one"),
-    "token_explorer.3": Question(
-        "Theta example with 12 targets on each rank: where is the global "
-        "gradient zero?", "number", 0.0, "balanced counts: both objectives agree"),
-    "token_explorer.4": Question(
+    "mean_of_means.4": Question(
+        "Four ranks hold 4, 16, 30 and 50 tokens. Under the mean of means, one "
+        "rank-0 token weighs how many times what it weighs under the global "
+        "mean? Derive it, then check with arithmetic.token_weights.",
+        "number", 6.25,
+        "write one rank-0 token's weight under each mean: W, N_0 and N are "
+        "all you need"),
+    # the theta example: same loss, different gradient
+    "mean_of_means.predict_theta_mom": Question(
+        "Theta example: at which theta is the mean-of-means gradient zero?",
+        "number", 0.0, "each rank's mean pulls toward its own target, +1 or -1"),
+    "mean_of_means.predict_theta_global": Question(
+        "At which theta is the global gradient zero?", "number", -0.5,
+        "the token-weighted average of the targets: 12 of +1, 36 of -1"),
+    "mean_of_means.5": Question(
         "Theta example, rank 1 keeps its 36 targets -1: how many targets +1 "
         "must rank 0 hold for the global gradient to vanish at theta = -0.2? "
         "Derive it, then check with widgets.ThetaExplorer(counts=(n, 36)).",
         "number", lambda: _targets_for_optimum(-0.2),
         "where the global gradient vanishes, theta is the token-weighted "
         "average of the targets"),
-    # 03 data and plan
+    # 02 data and plan
     "data_and_plan.predict_ratio": Question(
         "Both ranks draw the same number of sequences per window, rank 0 from "
         "lengths 16-64 and rank 1 from 65-128. Over the whole plan, how many "
@@ -561,8 +551,12 @@ QUESTIONS: dict[str, Question] = {
         "same number of sequences on both ranks: compare a typical length "
         "of each band", rel_tol=0.1),
     "data_and_plan.1": Question(
-        "A sequence of 50 tokens: how many supervised next-token positions?",
-        "number", 49, "the first token is never a target"),
+        "Step 0's window, with a made-up loss: every supervised token of rank 0 "
+        "has loss 2.0, every token of rank 1 has loss 1.0. What is the mean of "
+        "means minus the global token mean? Derive it from the window's token "
+        "counts.", "number", lambda: _window_bias(0, (2.0, 1.0)),
+        "the mean of means gives each rank half the say; the token mean gives "
+        "rank r its share of the window's tokens, N_r / N", rel_tol=0.01),
     "data_and_plan.2": Question(
         "Sequences of lengths 10, 20 and 30 padded into one microbatch: how "
         "many label cells does it have?", "number", 87,
@@ -575,88 +569,124 @@ QUESTIONS: dict[str, Question] = {
         "the loss sums do not change, only N does; how many sequences "
         "does the window hold?"),
     "data_and_plan.4": Question(
-        "Run window_tokens on plan[3] for every rank: what is N for step 3?",
-        "number", lambda: _plan_tokens(3), "sum the two ranks' counts"),
-    # 04 the global denominator
+        "With world_size = 4 the length range 16-128 splits into four even "
+        "bands. Over the whole plan, how many times rank 0's supervised tokens "
+        "does rank 3 hold? Estimate it from the bands (within 5% counts), then "
+        "set world_size = 4 in the parameters cell and run the chapter again.",
+        "number", lambda: _plan_token_ratio(4),
+        "same number of sequences on every rank: compare a typical length of "
+        "the lowest band and of the highest", rel_tol=0.05),
+    # 03 the global denominator
     "global_denominator.predict": Question(
         "The 12/36 example: 2.5 is right. With an extra / accumulation "
         "(2 microbatches), what does DDP's average become?", "number", 1.25,
         "N already covers both microbatches: what does dividing again do?"),
     "global_denominator.1": Question(
-        "W = 4 ranks and N = 400 tokens in the window: by what factor does "
-        "each rank multiply its loss sum S_r?", "number", 0.01,
-        "the factor undoes DDP's average over ranks, then divides by the "
-        "window's count"),
+        "Four ranks hold 50, 100, 100 and 150 supervised tokens in a window. "
+        "Rank 0 cuts its 50 into two microbatches of 20 and 30 tokens. By what "
+        "factor does rank 0 multiply the loss sum of its first microbatch?",
+        "number", 0.01,
+        "one factor for every microbatch of every rank: it undoes DDP's "
+        "average over ranks, then divides by the whole window's count"),
     "global_denominator.2": Question(
-        "3 microbatches per window and an extra / accumulation: what fraction "
-        "of the right gradient do you get?", "number", 1 / 3,
-        "the direction is right; only the length changes"),
+        "Plain SGD with lr = 0.1 and weight_decay = 0.1 (torch adds "
+        "weight_decay * w to the gradient before the step). One weight, w = 1.0, "
+        "whose gradient under the rule is 0.5. With the extra / accumulation of "
+        "2 microbatches, the weight's update is what fraction of its update "
+        "under the rule?", "number", (0.5 / 2 + 0.1) / (0.5 + 0.1),
+        "the trap halves the loss's gradient, not the decay term: write the "
+        "update lr * (g + weight_decay * w) for both"),
     "global_denominator.3": Question(
         "A window of 4 microbatches. A rank runs every forward outside "
-        "no_sync(), and the backwards of the first 3 inside it. How many of "
+        "model.no_sync(), and the backwards of the first 3 inside it. How many of "
         "the 4 backwards synchronise the gradients across ranks?", "number", 4,
         "where does DDP prepare its reduction, and where does each forward "
         "run?"),
     "global_denominator.4": Question(
-        "Run ddp_average('global_token', extra_divisor=4): the ratio "
-        "|trap| / |reference|?", "number", 0.25, "print trap.norm() / ref.norm()",
-        rel_tol=1e-3),
-    # 05 DDP parity
-    "ddp_parity.1": Question(
-        "With rtol = 0, what is the smallest atol that lets the mean of means "
-        "pass? Read it from the report.", "number",
-        _from("course_lib.jobs.parity:ParityReport", lambda p: p.control_mode.max_abs_err),
-        "with rtol = 0 every component needs |err| <= atol", rel_tol=0.05),
+        "Plain SGD after clip_grad_norm_(params, max_norm=1.0). Under the rule "
+        "the gradient is [0.9, 1.2], of norm 1.5. With the extra / accumulation "
+        "of 2 microbatches, the update's length is what fraction of the "
+        "update's length under the rule?", "number", 0.75,
+        "clipping rescales a gradient only when its norm exceeds max_norm: "
+        "clip each of the two gradients first", rel_tol=1e-3),
+    # 04 two processes, one gradient: DDP parity and the 12 -> 36 exercise
     "ddp_parity.predict": Question(
-        "Rank 0 holds the window's short sequences, rank 1 its long ones. Under "
-        "the mean of means, does a rank-0 token weigh more, less or the same as "
-        "under the token rule?", "choice",
-        _from("course_lib.jobs.parity:ParityReport",
-              lambda p: _rank0_vs_rule(p.local_tokens)),
-        "a rank's mean divides by its own count: is rank 0's count above or "
-        "below an even share of N?", options=("more", "less", "the same")),
+        "On the parity window (W = 2), under the mean of means: what multiple "
+        "of its due weight 1 / N does a rank-1 token get?", "number",
+        lambda: _mom_weight(1, 2),
+        "under the mean of means a token of rank r weighs 1 / (W * N_r): how "
+        "many times 1 / N is that for rank 1?", rel_tol=0.01),
+    "ddp_parity.predict_loss_gap": Question(
+        "The skewed scenario (12 and 36 tokens) on the real, untrained model: "
+        "how far apart are the mean of means and the global mean of its "
+        "losses?", "choice",
+        _from("course_lib.jobs.exercise:ExerciseReport", _loss_gap_band),
+        "with two ranks the gap is (1/2 - N_0 / N) times the difference of the "
+        "two local means: how different are an untrained model's losses per "
+        "token on two ranks?", options=LOSS_GAP_BANDS),
+    "ddp_parity.1": Question(
+        "Launch the by-hand script on 3 ranks (--nproc-per-node=3): its parity "
+        "window then holds other sequences. Under the mean of means, the tokens "
+        "of which ranks weigh more than their due 1 / N?", "choices",
+        lambda: _overweighted(3),
+        "a token of rank r weighs 1 / (W * N_r) under the mean of means: "
+        "compare each rank's count with an even share, N / W",
+        options=("rank 0", "rank 1", "rank 2")),
     "ddp_parity.2": Question(
-        "Launch the by-hand script with --nproc-per-node=3: how many tokens N "
-        "does its parity window hold?", "number", lambda: _window_tokens(3)[0],
-        "every rank takes its own share of the window: read what the script "
-        "prints"),
-    "ddp_parity.3": Question(
-        "With no_sync() around the backward only, would parity fail?", "choice",
-        "no", "averaging is linear: what changes is when ranks talk",
-        options=("yes", "no")),
-    "ddp_parity.4": Question(
         "Keep rtol = 1e-4 and raise atol only: on the components sampled in "
         "report.grad_sample, the smallest atol that lets the mean of means "
         "pass?", "number",
         _from("course_lib.jobs.parity:ParityReport", _atol_to_pass),
         "solve the allclose inequality for atol, one component at a time: the "
         "worst component decides", rel_tol=0.05),
-    # 06 the bug lab
+    "ddp_parity.3": Question(
+        "Run the exercise with rank 1 at 13 tokens, one more than rank 0: "
+        "does the mean of means pass the gradient check?", "choice",
+        lambda: _exercise_verdict(_ONE_OFF, "mean_of_means"),
+        "the check forgives rounding, not a change of weight: do a token's "
+        "two weights still agree when the counts differ by one?",
+        options=("yes", "no")),
+    "ddp_parity.4": Question(
+        "A third rank joins the skewed scenario with 30 tokens (the ranks hold "
+        "12, 36 and 30). By what factor does each rank now multiply its loss "
+        "sum S_r?", "number", 3 / 78, "count the ranks, then the tokens"),
+    # 05 the bug lab
     "bug_lab.predict_no_sync_backward_only": Question(
-        "no_sync() around the backward only: which checks catch it?", "choices",
-        ("uneven_microbatches", "no_sync"), "is the gradient wrong, or only the "
-        "communication? And when one rank makes more microbatches than the other?",
-        options=_check_names),
+        "On the uneven layout (rank 1 makes more microbatches than rank 0), "
+        "no_sync() around the backward only: does the step give the right "
+        "gradient, a wrong gradient, or deadlock?", "choice", "deadlock",
+        "which microbatches sync when the forward runs outside no_sync()? Count "
+        "each rank's all-reduces: one returns only when every rank has called it",
+        options=UNEVEN_OUTCOMES),
+    "bug_lab.predict_join_every_microbatch": Question(
+        "The same layout, no no_sync() at all, and the loop wrapped in Join: "
+        "the right gradient, a wrong gradient, or deadlock?", "choice",
+        "wrong gradient",
+        "once rank 0 is out of microbatches, it answers rank 1's all-reduces with "
+        "zeros: does rank 0 ever receive rank 1's last microbatches?",
+        options=UNEVEN_OUTCOMES),
     "bug_lab.predict_count_never_reset": Question(
         "A token count never reset between windows: which checks catch it?",
         "choices", ("trajectory",), "which checks look past the first window?",
         options=_check_names),
     "bug_lab.predict_forgot_world_size": Question(
-        "W forgotten (each rank backprops S_r / N): which checks catch it?",
-        "choices", _from("course_lib.jobs.audit:BugsReport",
-                         lambda b: tuple(b.steps["forgot_world_size"].caught_by)),
-        "a uniform 1/W: which comparisons see a change of scale, and which "
-        "compare layouts at the same W?", options=_check_names),
+        "W forgotten (each rank backprops S_r / N): of the four checks that "
+        "never look at the reference, which catch it?", "choices",
+        ("world_size_invariance",),
+        "the gradient is the right one times 1/W: which of these comparisons "
+        "would see that factor move?", options=REFERENCE_FREE),
     "bug_lab.1": Question(
         "At W = 4 the parity window holds other sequences. Read it with "
         "parity_window(cfg, corpus, 4): by what factor does length_before_shift "
         "scale the gradient there?", "number", lambda: _shift_scale(4),
         "the same count as in the chapter, on the W = 4 window", rel_tol=1e-4),
     "bug_lab.2": Question(
-        "Why does mean_of_means pass accumulation_invariance?", "choice",
-        "whole-window count",
-        "what does each rank divide by, a microbatch's count or its window's?",
-        options=("whole-window count", "loose tolerance", "luck")),
+        "pad_to_longest_rank at W = 4: re-batch parity_window(cfg, corpus, 4) "
+        "with uneven_layout and the chapter's budget. How many empty "
+        "microbatches do the four ranks run, all together?", "number",
+        lambda: _padding(4),
+        "every rank runs as many microbatches as the longest rank: count what "
+        "each one lacks", rel_tol=0),
     "bug_lab.3": Question(
         "Audit a step that backprops W * S_r / N with no no_sync() at all: "
         "which checks fail?", "choices", ("uneven_microbatches", "no_sync"),
@@ -668,7 +698,15 @@ QUESTIONS: dict[str, Question] = {
         "torchrun launches would course_lib.bugs make at W = 2?", "number", 7,
         "which jobs share the first launch, which world sizes need their own, "
         "and what must happen after a launch dies on a deadlock?"),
-    # 07 checkpoint and resume
+    "bug_lab.5": Question(
+        "With a token budget of 256 padded tokens instead of 384, "
+        "join_every_microbatch at W = 2: what share of what the two ranks had "
+        "synced when rank 0 ran out is left in rank 1's final gradient?",
+        "number", lambda: _join_left(256),
+        "count each rank's microbatches with uneven_layout(window, corpus, 256), "
+        "then follow rank 1's syncs after rank 0 ran out: each one averages its "
+        "whole gradient with zeros", rel_tol=1e-6),
+    # 06 checkpoint and resume
     "checkpoint_resume.predict": Question(
         "Which ablations change the parameters at step 100?", "choices",
         ("weights_only", "no_optimizer_state", "sampler_from_seed", "no_rng_state"),
@@ -690,9 +728,12 @@ QUESTIONS: dict[str, Question] = {
         "a re-seeded sampler starts its sequence over at the resume: count the "
         "updates since then"),
     "checkpoint_resume.3": Question(
-        "A checkpoint of an 8-rank run: how many files does its folder hold?",
-        "number", 12, "which files are written once per checkpoint, and which "
-        "once per rank?"),
+        "The run folder holds step-0025 and step-0050, and a restarted job "
+        "saves step 50 again. It is killed between final.rename(old) and "
+        "tmp.rename(final). The next start resumes from what "
+        "checkpoint.latest_valid returns: from which step?", "number", 25,
+        "at that moment, what is each folder called, and which names does "
+        "latest_valid look at?"),
     "checkpoint_resume.4": Question(
         "Copy step-0025 and step-0050 of the run's checkpoints/ into "
         "scratch/checkpoints/, then cut the copy of step-0050's optimizer.pt "
@@ -701,133 +742,68 @@ QUESTIONS: dict[str, Question] = {
         "what does the manifest vouch for, and what does latest_valid do when "
         "the newest checkpoint fails?",
         options=("step-0025", "step-0050", "none")),
-    # 08 evaluation
+    # 07 evaluation
     "evaluation.predict": Question(
-        "After 100 updates, how far above the entropy floor will the trained "
-        "model's test loss sit?", "choice",
-        _from("course_lib.course.api:EvaluationReport",
-              lambda e: _floor_gap_band(e.above_floor_by)),
-        "a small model, a first-order source and 100 SGD updates: how much of "
-        "the gap from the untrained loss can it close?", options=FLOOR_GAP_BANDS),
+        "On 3 ranks, which ways of combining the ranks' numbers give the "
+        "one-process test loss, to float64 round-off?", "choices",
+        ("sums without the repeats",),
+        "which combination counts every test token once, and gives each the "
+        "same weight?",
+        options=("sums without the repeats", "sums with the repeats",
+                 "mean of rank means")),
+    "evaluation.predict_logging": Question(
+        "On the skewed window (2 ranks, a Llama-class model, each framework "
+        "with its defaults), which logged values equal the token mean?",
+        "choices", _logged_token_means,
+        "for each one, ask what is averaged over the ranks or the batches: "
+        "sums and counts, or means?", options=tuple(LOGGED)),
     "evaluation.predict_shard": Question(
         "The test split holds 256 sequences. On 3 ranks, how many sequences "
         "does DistributedSampler (drop_last=False) hand each rank?", "number",
         lambda: _shard_size(3),
         "every rank runs the same number of samples, and none is left out"),
     "evaluation.1": Question(
-        "If every transition row of the source were uniform over the 32 "
-        "symbols, what would its entropy floor be, in nats per token?", "number",
-        math.log(32), "the floor averages each row's entropy over the states",
-        rel_tol=1e-3),
+        "From the course's train logs (logs/train-rank<R>.jsonl in the run "
+        "folder): what is the training loss of updates 1 to 10 taken together, "
+        "every supervised token of those ten windows counted once?", "number",
+        lambda: _logged_token_mean(1, 10),
+        "do the ten windows hold the same number of tokens? and what does each "
+        "line's loss divide by?", rel_tol=1e-4),
     "evaluation.2": Question(
-        "Read evaluation.json: how many nats above the entropy floor is the "
-        "trained model?", "number",
-        _from("course_lib.course.api:EvaluationReport", lambda e: e.above_floor_by),
-        "loss per token minus the floor", rel_tol=0.02),
+        "Suppose the course's train loop logged each rank's own mean S_r / N_r "
+        "with Lightning's self.log(..., on_step=True, sync_dist=True). From the "
+        "two ranks' log lines of update 80, what would it show?", "number",
+        lambda: _logged_rank_means(80),
+        "what does on_step with sync_dist do with the ranks' values, and what is "
+        "each rank's value here?", rel_tol=1e-4),
     "evaluation.3": Question(
         "Count them from the corpus: how many next-token targets do the first "
         "128 test sequences hold (corpus.splits['test'][:128])?", "number",
         lambda: _test_targets(128),
         "a sequence's targets are its tokens after the first"),
     "evaluation.4": Question(
-        "On a large test set, can a model's loss sit well below the entropy "
-        "floor?", "choice", "no", "what does the floor bound?",
-        options=("yes", "no")),
+        "A model that ignores the current token and always predicts the "
+        "source's stationary distribution (corpus.source.stationary): what is "
+        "its expected loss per token, in nats?", "number", _stationary_entropy,
+        "every target follows the stationary distribution, whatever came before "
+        "it: what does a model pay, on average, when it predicts exactly the "
+        "distribution its targets follow?",
+        rel_tol=1e-3),
     "evaluation.5": Question(
         "Evaluate the same checkpoint on 2 ranks (world_size=2). Which of the "
         "two wrong combinations still differs from the one-process value?",
         "choice", "mean of rank means",
         "does 2 divide 256? and do the even and the odd positions of the test "
         "split hold the same loss per token?",
-        options=("repeats kept", "mean of rank means", "both", "neither")),
-    # 09 the exercise
-    "exercise.predict_mom": Question(
-        "The skewed scenario (12 and 36 tokens, losses 1 and 3 per token): the "
-        "mean of means?", "number",
-        lambda: _exercise_mean("skewed", "mean_of_means"),
-        "one mean per rank, then their average"),
-    "exercise.predict_global": Question(
-        "Same scenario: the global token mean?", "number",
-        lambda: _exercise_mean("skewed", "global"),
-        "every token counts once: which rank holds most of them?"),
-    "exercise.predict_pass": Question(
-        "Which of the four gradients will match the single-process reference "
-        "(scenario/mode)?", "choices", lambda: _exercise_exact(),
-        "a mode is exact when it gives every token the same weight, 1 / N: "
-        "what does each rank's count do to a token's weight in each mode?",
-        options=_EXERCISE_PAIRS),
-    "exercise.predict_change": Question(
-        "Rank 1 goes from 12 to 36 tokens. In W * S_r / N, what changes?",
-        "choice", "change N", "count the ranks, then the tokens",
-        options=("change W", "change N", "divide again")),
-    "exercise.1": Question(
-        "Rank 1 grows to 60 tokens (rank 0 keeps 12; losses 1 and 3). The "
-        "global mean?", "number", 192 / 72,
-        "weigh each rank's per-token loss by its share of all the tokens"),
-    "exercise.2": Question(
-        "Run the exercise with rank 1 at 13 tokens, one more than rank 0: "
-        "does the mean of means pass the gradient check?", "choice",
-        lambda: _exercise_verdict(_ONE_OFF, "mean_of_means"),
-        "the check forgives rounding, not a change of weight: do a token's "
-        "two weights still agree when the counts differ by one?",
-        options=("yes", "no")),
-    "exercise.3": Question(
-        "Both ranks hold the same two microbatches, of 12 and 36 tokens. A step "
-        "that divides each microbatch's sum by its own count: does it pass "
-        "the gradient check?", "choice", "no",
-        "equal ranks are not equal microbatches: what does a token of the "
-        "short microbatch weigh next to one of the long one?",
-        options=("yes", "no")),
-    # 10 production recipes
-    "production_recipes.predict": Question(
-        "Which recipes train the global token mean, leaving exactly the "
-        "reference gradient whatever the token counts?", "choices",
+        options=("sums with the repeats", "mean of rank means", "both", "neither")),
+    # 08 framework_audit
+    "framework_audit.predict": Question(
+        "Which of these eight recipes train the global token mean, leaving "
+        "exactly the reference gradient whatever the token counts?", "choices",
         lambda: _exact_recipes(),
         "an exact recipe weighs every token 1/N on every window: which "
         "backprop and reduction pairs give W * S / N after DDP's average?",
-        options=_recipe_names),
-    "production_recipes.1": Question(
-        "64 unmasked rows of 512 tokens (511 labels each after the shift): by "
-        "what factor does HF 4.46.3-5.9 with average_tokens_across_devices "
-        "on scale the gradient?", "number", 511 / 512,
-        "N' counts the labels before the shift and the loss uses them after "
-        "it: how many labels does each row lose? The factor is N / N'.",
-        rel_tol=1e-6),
-    "production_recipes.2": Question(
-        "torchtitan #2206 on pure DDP over 8 ranks, SGD (momentum 0.9) at lr "
-        "0.05: which lr gives exactly the updates of the exact gradient at "
-        "0.05?", "number", 0.4,
-        "with SGD, multiplying every gradient by c moves the weights as "
-        "multiplying the learning rate by c would: what c does pure DDP add, "
-        "and what undoes it?", rel_tol=1e-4),
-    "production_recipes.3": Question(
-        "One microbatch holds no supervised token but the window does: which "
-        "recipe turns every rank's gradient into NaN?", "choice",
-        "megatron_pre_clamp",
-        "look for a recipe that divides a multiplicatively masked sum by a "
-        "count that can be 0", options=("fairseq", "hf_trainer_le_4_45",
-                                        "megatron_default", "megatron_pre_clamp",
-                                        "megatron_per_token")),
-    "production_recipes.4": Question(
-        "Run the recipes on 4 ranks: the measured factor of "
-        "hf_trainer_avg_tokens?", "number", lambda: _avg_tokens_factor(4),
-        "run the cell with world_size=4, then read the factor of "
-        "hf_trainer_avg_tokens (N and R are in its skewed regime)", rel_tol=1e-5),
-    "production_recipes.5": Question(
-        "Which check catches hf_trainer_4_46_0 and torchtitan_ddp but none of "
-        "the mean-of-microbatch-means recipes?", "choice", "world_size_invariance",
-        "run every check, then compare the failed checks of hf_trainer_4_46_0 "
-        "with those of lightning", options=("trajectory", "accumulation_invariance",
-                                            "world_size_invariance",
-                                            "permutation_invariance", "no_sync")),
-    # 11 framework_audit
-    "framework_audit.predict": Question(
-        "With the versions installed here, which configurations train the "
-        "global token mean?", "choices", lambda: _exact_configurations(),
-        "for each, ask what the loss divides by: the window's N over every "
-        "rank, counted after the shift, or something local or per microbatch? "
-        "The model class matters on transformers >= 5.10.1.",
-        options=tuple(AUDITED)),
+        options=_representative),
     "framework_audit.1": Question(
         "16 rows over 2 ranks: 10 start with a masked prompt, 6 are supervised "
         "from their first label; after the shift the loss uses N = 1,200 "
@@ -836,12 +812,12 @@ QUESTIONS: dict[str, Question] = {
         "which rows hand the count a label that the shifted loss never uses?",
         rel_tol=1e-6),
     "framework_audit.2": Question(
-        "With average_tokens_across_devices off, a Llama trains the mean of rank "
-        "means: how many times the token mean's weight does each of rank 0's "
-        "tokens get?", "number",
-        _from("course_lib.jobs.frameworks:FrameworksReport", _rank0_weight),
-        "compare what one rank-0 token weighs in each objective: who divides "
-        "by the rank's own count, who by the window's?", rel_tol=1e-6),
+        "torchtitan #2206 on pure DDP over 8 ranks, SGD (momentum 0.9, no weight "
+        "decay, no clipping) at lr 0.05: which lr gives exactly the updates of "
+        "the exact gradient at 0.05?", "number", 0.4,
+        "with SGD, multiplying every gradient by c moves the weights as "
+        "multiplying the learning rate by c would: what c does pure DDP add, "
+        "and what undoes it?", rel_tol=1e-4),
     "framework_audit.3": Question(
         "A Llama on transformers 4.50, a version the matrix never ran; the "
         "config leaves average_tokens_across_devices at its default. Which "
@@ -854,21 +830,33 @@ QUESTIONS: dict[str, Question] = {
         "(make_mean_trainer): which formula does its gradient match?", "choice",
         _from("course_lib.jobs.frameworks:FrameworksReport",
               lambda r: r.rows[0].matches, "audit-trainer-make_mean_trainer"),
-        "run the audit_trainer cell on make_mean_trainer, then read 'matches'",
-        options=_candidate_names),
-    # 12 choose the unit
+        "the override calls the model without num_items_in_batch: what does "
+        "the model return then? And does training_step still divide by M? "
+        "Run the audit to check.", options=_candidate_names),
+    "framework_audit.5": Question(
+        "A GPT-2 on transformers >= 5.10.1, flag on. Window A: 16 rows, all "
+        "supervised from their first label, N = 1,000 after the shift. Window B: "
+        "16 rows, 8 of them start with a masked prompt, N = 1,000. With SGD, how "
+        "much more does window B's update weigh than window A's (c_B / c_A)?",
+        "number", 1016 / 1008,
+        "each window's update is scaled by its own N / (N + R): count R in each "
+        "window first", rel_tol=1e-6),
+    # 09 choose the unit
     "choose_the_unit.predict": Question(
-        "Two completions with the same per-token loss, of 10 and 40 tokens. Under "
-        "the sequence mean, a token of the long one weighs what fraction of a "
-        "token of the short one?", "number", 0.25,
-        "each sequence gets the same total weight, shared among its own tokens",
-        rel_tol=1e-9),
+        "Under the sequence mean, on the parity window (rank 0's sequences drawn "
+        "from 16-64 tokens, rank 1's from 65-128): a token of the window's "
+        "shortest sequence weighs how many times what a token of its longest "
+        "weighs? (within 15% counts)", "number", lambda: _length_bias(2),
+        "a sequence's tokens share one sequence's weight: how does a token's "
+        "share grow as its sequence gets shorter?", rel_tol=0.15),
     "choose_the_unit.1": Question(
-        "On the parity window, trl_grpo_dr_grpo's gradient is the advantage-"
-        "weighted token mean's times what factor? Derive it before you read the "
-        "RL table.", "number", lambda: _dr_grpo_factor(2),
-        "both sum A l; one divides by the window's supervised tokens, the other "
-        "by every completion of the window at the maximum completion length",
+        "W = 2, the sequence objective: rank 0 holds 18 sequences, rank 1 holds "
+        "4. Each rank divides its sum of sequence means by its own count of "
+        "sequences, and DDP averages the two ranks. A rank-1 sequence then "
+        "weighs how many times what the sequence mean gives it?", "number",
+        22 / 8,
+        "the sequence mean gives every sequence 1 / K; what does a rank-1 "
+        "sequence get once its rank divides by its own count and DDP by W?",
         rel_tol=1e-6),
     "choose_the_unit.2": Question(
         "Dr. GRPO's constant: 4 ranks x 2 microbatches x 8 completions, at most 512 "
@@ -882,41 +870,18 @@ QUESTIONS: dict[str, Question] = {
         "hides inside one gradient's rounding: which checks look further?",
         options=_check_names),
     "choose_the_unit.4": Question(
-        "With a token budget of 256 padded tokens instead of 384, how many "
-        "microbatches does rank 1 make on the parity window?", "number",
-        lambda: _uneven_counts(256)[1],
-        "run uneven_layout(window, corpus, 256) and count rank 1's microbatches: "
-        "rows x the longest row may not pass the budget", rel_tol=0),
+        "TRL's dapo with steps_per_generation = 2 GA: each optimizer step divides "
+        "its loss sum by half the generation batch's tokens. The two steps of "
+        "one generation batch train 300 and 500 tokens. Step 1's gradient is "
+        "its own token mean's times what factor?", "number", 300 / 400,
+        "the generation batch holds both steps' tokens: what does step 1 divide "
+        "by, and what would its own token mean divide by?", rel_tol=1e-6),
     "choose_the_unit.5": Question(
         "Packed rows of 128 tokens (document:128): how many documents does the "
         "parity window hold, over both ranks?", "number", lambda: _documents(128),
         "collate the window with packing_of(cfg, 128) and count the "
         "documents of every microbatch with objectives.documents", rel_tol=0),
-    # 13 adapting
-    "adapting.predict_empty": Question(
-        "Two ranks; rank 1's window holds no supervised token, rank 0's does. "
-        "The mean of means' gradient is what fraction of the right one?",
-        "number", lambda: _empty_rank_fraction(),
-        "what does rank 1 hand to DDP's average, and what does the token mean "
-        "divide by when rank 1 has no token?"),
-    "adapting.1": Question(
-        "Two documents: 10 tokens of loss 2 and 30 tokens of loss 1. The "
-        "per-token mean?", "number", 1.25,
-        "each document weighs as many times as it has tokens"),
-    "adapting.2": Question(
-        "Same documents: the per-sequence mean?", "number", 1.5,
-        "one mean per document, then their average"),
-    "adapting.3": Question(
-        "W = 3: rank 2's window is empty, ranks 0 and 1 hold the same number "
-        "of tokens. The mean of means' gradient is what fraction of the right "
-        "one?", "number", 2 / 3,
-        "DDP still averages over every rank, the empty one included; the "
-        "token mean divides by the tokens only"),
-    "adapting.4": Question(
-        "Set prompt_tokens = 20 in section 2 and re-run it: what does "
-        "model.count_tokens give?", "number", lambda: _masked_tokens(20),
-        "re-run the cell with the new parameter"),
-    # 14 capstone
+    # 10 capstone
     "capstone.predict": Question(
         "Read the script's four functions: how many of the grader's eight "
         "properties will it pass?", "number",
@@ -924,15 +889,26 @@ QUESTIONS: dict[str, Question] = {
               lambda r: len(r.properties) - len(r.failed)),
         "each bug breaks the properties that compare what it changes: which "
         "part of the script does what the course taught?"),
+    "capstone.predict_empty": Question(
+        "Two ranks; rank 1's window holds no supervised token, rank 0's does. A "
+        "step that trains the mean of rank means takes one update: what "
+        "happens?", "choice", "half the right update",
+        "rank 1 divides a sum of 0 by a count of 0: what does cross-entropy's "
+        "backward write for a target it ignores, and what does DDP then average?",
+        options=("an error on every rank", "NaN gradients", "half the right update",
+                 "the right update")),
     "capstone.1": Question(
         "A window on 4 ranks holds 30, 10, 50 and 10 supervised tokens. Under the "
         "mean of means, how many times heavier is a token of a 10-token rank than "
         "one of the 50-token rank?", "number", 5,
         "a token of rank r weighs 1 / (W N_r)"),
     "capstone.2": Question(
-        "A window holds 100 supervised tokens and 20 padded slots, and the count "
-        "takes labels.numel(). By what factor is every gradient off?", "number",
-        100 / 120, "the loss sums only the supervised tokens; what does N divide by?"),
+        "Two windows of 100 supervised tokens each: the first holds 20 padded "
+        "slots, the second 100, and the count takes labels.numel(). A token of "
+        "the second window then weighs what fraction of a token of the first?",
+        "number", 120 / 200,
+        "the token mean gives every token of both windows 1 / 100: what does "
+        "each window divide by instead?", rel_tol=1e-6),
     "capstone.3": Question(
         "An evaluation of 1,001 sequences on 8 ranks with DistributedSampler "
         "(drop_last=False): how many sequences does it score twice?", "number",
@@ -946,4 +922,10 @@ QUESTIONS: dict[str, Question] = {
         "and does it depend on the number of microbatches?",
         options=("parity", "trajectory", "accumulation_invariance",
                  "permutation_invariance", "no_sync")),
+    "capstone.5": Question(
+        "W = 3: rank 2's window is empty, ranks 0 and 1 hold the same number "
+        "of tokens. The mean of means' gradient is what fraction of the right "
+        "one?", "number", 2 / 3,
+        "DDP still averages over every rank, the empty one included; the "
+        "token mean divides by the tokens only"),
 }

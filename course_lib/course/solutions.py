@@ -43,115 +43,143 @@ REASONING: dict[str, str] = {
     "mean_of_means.1":
         "Every token weighs 1 / N: (20 * 2 + 80 * 1) / 100 = 120 / 100 = 1.2.",
     "mean_of_means.2":
-        "The local means are 2 and 1, and their average is 1.5: above the token "
-        "mean, because the small rank holds the larger loss.",
+        "The local means are 2 and 1, so the mean of means is 1.5, and 1.5 - 1.2 = "
+        "0.3. The bias is positive, where the 12/36 example's was negative: the "
+        "mean of means leans toward the small rank's loss, here the larger one.",
     "mean_of_means.3":
-        "Under the mean of means a token of rank r weighs 1 / (W N_r): 1/40 on "
-        "rank 0 and 1/160 on rank 1, a ratio of N_1 / N_0 = 4.",
-    "mean_of_means.4":
-        "A rank-0 token weighs 1 / (W N_0) = 1 / (2 * 5) = 0.1, and a rank-1 "
-        "token 1 / 90: nine times less.",
-    # 02 token explorer
-    "token_explorer.predict_mom":
-        "Each rank's mean pulls toward its own target, +1 or -1, and the mean of "
-        "means gives each rank the same weight: the pulls cancel halfway, at 0.",
-    "token_explorer.predict_global":
-        "The token mean's minimum is the token-weighted mean of the targets: (12 "
-        "* (+1) + 36 * (-1)) / 48 = -0.5.",
-    "token_explorer.1":
         "The mean of means weighs the three ranks alike: (1 + 3 + 2) / 3 = 2. The "
         "global mean weighs them by their tokens: (12 + 108 + 48) / 72 = 7/3, so "
         "the bias is 2 - 7/3 = -1/3.",
-    "token_explorer.2":
-        "The mean of means does not see the swap, (3 + 1) / 2 = 2; the token mean "
-        "becomes (12 * 3 + 36 * 1) / 48 = 1.5; the bias is 0.5.",
-    "token_explorer.3":
-        "With 12 targets of each sign both objectives weigh every token alike, "
-        "and +1 and -1 balance: the gradient is zero at 0.",
-    "token_explorer.4":
+    "mean_of_means.4":
+        "A rank-0 token weighs 1 / (W N_0) = 1/16 under the mean of means and "
+        "1 / N = 1/100 under the global mean: N / (W N_0) = 100 / 16 = 6.25. A "
+        "rank whose N_r is below N / W = 25 is overweighted; chapter 03 multiplies "
+        "each local mean by the inverse, W N_r / N.",
+    "mean_of_means.predict_theta_mom":
+        "Each rank's mean pulls toward its own target, +1 or -1, and the mean of "
+        "means gives each rank the same weight: the pulls cancel halfway, at 0.",
+    "mean_of_means.predict_theta_global":
+        "The token mean's minimum is the token-weighted mean of the targets, each "
+        "rank's share of the tokens applied to its target: 1/4 * (+1) + 3/4 * (-1) "
+        "= -0.5.",
+    "mean_of_means.5":
         "The global gradient vanishes where theta is the token-weighted mean of "
         "the targets, (n - 36) / (n + 36). Setting it to -0.2 gives 1.2 n = 28.8, "
         "so n = 24.",
-    # 03 data and plan
+    # 02 data and plan
     "data_and_plan.predict_ratio":
         "Both ranks draw as many sequences, so the ratio is that of their typical "
         "targets: about 96 in the band 65-128 against about 39 in 16-64, close to "
         "2.5; the plan's exact sums give the answer.",
     "data_and_plan.1":
-        "A next-token model predicts each position from the ones before it; the "
-        "first token has none before it, so 50 - 1 = 49 targets.",
+        "Step 0 holds 721 supervised tokens on rank 0 and 1562 on rank 1, 2283 "
+        "in all; the mean of means gives each rank half, (2 + 1) / 2 = 1.5, while "
+        "the token mean weighs each rank by its tokens, (721 * 2 + 1562 * 1) / "
+        "2283 = 3004 / 2283 = 1.3158. The mean of means reads 0.184 too high: rank "
+        "0's few tokens, which carry the high loss, get half the say.",
     "data_and_plan.2":
         "The widest row has 30 tokens, so 29 targets; three rows padded to 29 "
         "make 87 label cells, of which only 9 + 19 + 29 = 57 are supervised.",
     "data_and_plan.3":
         "Counting len(sequence) adds one to N per sequence while the loss sums "
         "stay, so every gradient scales by N / (N + R), with R the 32 sequences "
-        "of step 0's window.",
+        "of step 0's window: 2283 / 2315. The factor holds within this window "
+        "only; the next window has another N, hence another factor.",
     "data_and_plan.4":
-        "N is the window's supervised targets over both ranks: each sequence of "
-        "step 3 adds its length minus one, whatever rank holds it.",
-    # 04 global denominator
+        "The bands are 16-43 and 100-128 for ranks 0 and 3. Every rank draws as "
+        "many sequences, so the ratio is that of typical targets: about 113 "
+        "against 28.5, close to 4. The plan's exact sums give 3.885: the more "
+        "ranks share the length range, the larger the skew between its ends.",
+    # 03 global denominator
     "global_denominator.predict":
         "N already counts both microbatches' tokens; dividing again by 2 halves "
         "every gradient, and the loss DDP averages: 2.5 / 2 = 1.25.",
     "global_denominator.1":
-        "Each rank backprops W * S_r / N, so it multiplies S_r by W / N = 4 / 400 "
-        "= 0.01; DDP's mean over 4 ranks leaves sum S_r / 400.",
+        "N is the whole window's count over all ranks, 50 + 100 + 100 + 150 = "
+        "400, and every microbatch of every rank uses the same factor W / N = "
+        "4 / 400 = 0.01: neither the microbatch's 20 tokens nor the rank's 50 "
+        "enter it. DDP's mean over 4 ranks then leaves sum S_r / 400.",
     "global_denominator.2":
-        "The extra division by 3 scales every component by 1/3: the direction is "
-        "right, the length a third of it.",
+        "SGD moves w by lr * (g + weight_decay * w): under the rule 0.1 * (0.5 + "
+        "0.1) = 0.06. With the trap the gradient halves but the decay term does "
+        "not, 0.1 * (0.25 + 0.1) = 0.035, and the ratio is 0.35 / 0.6 = 0.583, "
+        "not 0.5: with weight decay the trap is no longer a halved learning rate.",
     "global_denominator.3":
         "DDP prepares a backward's reduction during the forward, and skips it "
         "only for a forward run under no_sync(). Every forward ran outside it, so "
         "all 4 backwards synchronise; the no_sync() around 3 of them comes too "
         "late.",
     "global_denominator.4":
-        "Dividing the right gradient by 4 scales every component by 1/4, so the "
-        "ratio of the norms is 0.25.",
-    # 05 ddp parity
-    "ddp_parity.1":
-        "With rtol = 0 the test is |err| <= atol for every component, so the "
-        "smallest atol that passes is the largest error: the mean of means' max "
-        "|err|.",
+        "Under the rule the norm, 1.5, exceeds max_norm, so clipping brings the "
+        "gradient down to norm 1.0; the trapped gradient's norm, 0.75, is under "
+        "max_norm and clipping leaves it alone. SGD's updates are lr times these: "
+        "0.75 / 1.0 = 0.75, not 0.5 (had both norms exceeded max_norm, both would "
+        "be clipped to 1.0 and the trap would not change the step at all).",
+    # 04 two processes, one gradient
     "ddp_parity.predict":
-        "Rank 0's short sequences hold fewer tokens than an even share N / W, and "
-        "the mean of means weighs a rank-0 token 1 / (W N_0) instead of 1 / N: "
-        "more.",
+        "Under the mean of means a rank-1 token weighs 1 / (W N_1) = 1 / (2 * "
+        "1562); its due is 1 / N = 1 / 2283. The ratio N / (W N_1) = 2283 / 3124 "
+        "is about 0.73: the long sequences count for less than their share, and "
+        "a rank-0 token (N / (W N_0) = 2283 / 1442) for about 1.58 times its due.",
+    "ddp_parity.predict_loss_gap":
+        "With two ranks, mean of means - global mean = (1/2 - N_0 / N)(m_0 - "
+        "m_1), m_r the local means, and 12 and 36 tokens make the factor 1/4: "
+        "the hand example's means 1 and 3 give 0.5. The untrained model sits "
+        "near the uniform guess on every token (local means about 3.57 and "
+        "3.58), so the gap is about 0.003 nat, under 0.05 nat. The gradients "
+        "still differ far beyond the tolerance, since the mean of means "
+        "reweights every token whatever its loss.",
+    "ddp_parity.1":
+        "At W = 3 the by-hand script prints N = 3363 tokens, per rank [559, "
+        "1090, 1714]: an even share is N / 3 = 1121. The mean of means weighs a "
+        "rank-r token N / (W N_r) times its due: about 2.01, 1.03 and 0.65. "
+        "Ranks 0 and 1 hold less than an even share, so both are over-weighted, "
+        "rank 1 only just; rank 2 is under-weighted.",
     "ddp_parity.2":
-        "At W = 3 the sampler draws a window for three ranks, each taking its own "
-        "share, and the script's N is the all_reduce of the three counts: the "
-        "supervised targets of that window.",
-    "ddp_parity.3":
-        "No: every microbatch then syncs, but averaging is linear, so the sum of "
-        "the synced pieces is the same gradient; only the communication is "
-        "wasted.",
-    "ddp_parity.4":
         "allclose passes a component when |err| <= atol + rtol * |ref|, so each "
         "sampled component needs atol >= |err| - rtol * |ref|; the worst "
         "component sets the smallest atol.",
-    # 06 bug lab
+    "ddp_parity.3":
+        "No. With 12 and 13 tokens, the mean of means weighs a rank-0 token "
+        "1/24 instead of 1/25: a 4% change of weight, far above what the check "
+        "forgives as rounding.",
+    "ddp_parity.4":
+        "W counts the ranks, so the third makes it 3 (W stays 2 only while the "
+        "job keeps two ranks), and N counts the tokens over all ranks, 12 + 36 "
+        "+ 30 = 78. Each rank multiplies its S_r by W / N = 3 / 78 = 1 / 26, "
+        "about 0.0385; keeping W = 2 would give 2 / 78, keeping N = 48 would "
+        "give 3 / 48. No extra division: N already covers every microbatch.",
+    # 05 bug lab
     "bug_lab.predict_no_sync_backward_only":
-        "The gradient is right, so the comparisons with the reference pass. "
-        "no_sync sees the ranks agree between microbatches (nothing was "
-        "deferred), and with uneven microbatch counts the extra syncs do not pair "
-        "up: uneven_microbatches names the hang.",
+        "A deadlock: a forward outside no_sync() arms DDP's sync, so every "
+        "microbatch all-reduces its gradients: rank 0 calls 3 all-reduces, rank "
+        "1 calls 6. An all-reduce returns only when every rank has called it, and "
+        "rank 0, out of microbatches, never calls a fourth: rank 1 waits in it for "
+        "ever. uneven_microbatches stops it after 10 s and names rank 1.",
+    "bug_lab.predict_join_every_microbatch":
+        "A wrong gradient, and no hang: Join lets rank 0, out of microbatches, "
+        "answer rank 1's last three all-reduces with zeros. But rank 0 keeps what "
+        "was synced after microbatch 3 and never receives rank 1's last three, "
+        "and each of rank 1's extra syncs averages its whole accumulated gradient "
+        "with zeros: both ranks end wrong, and different.",
     "bug_lab.predict_count_never_reset":
         "On the first window the count is right, so every one-window check "
         "passes; only trajectory runs later windows, where N has grown and the "
         "gradient fades.",
     "bug_lab.predict_forgot_world_size":
-        "S_r / N is the right gradient times 1/W: parity, trajectory and "
-        "uneven_microbatches compare with the reference and see the scale, and "
-        "world_size_invariance changes W and sees it move. Accumulation and "
-        "permutation compare layouts at one W, which share the scale.",
+        "world_size_invariance only. S_r / N is the right gradient times 1/W. "
+        "Accumulation and permutation invariance compare layouts at the same W, "
+        "which share the factor, and no_sync compares the ranks with each other; "
+        "world_size_invariance runs W = 1, 2 and 4, where the factor is 1, 1/2 "
+        "and 1/4.",
     "bug_lab.1":
         "Counting lengths before the shift adds one label per sequence: N' = N + "
         "R on the W = 4 window, with its own N and R, and the gradient scales by "
         "N / (N + R).",
     "bug_lab.2":
-        "Each rank divides by its own window's count N_r, not a microbatch's: "
-        "splitting the window into other microbatches leaves N_r, so its (wrong) "
-        "gradient does not move.",
+        "Every rank runs as many microbatches as the longest one. At W = 4, "
+        "re-batched by 384 padded tokens, the ranks make 2, 4, 5 and 6 "
+        "microbatches: 4 + 2 + 1 + 0 = 7 empty ones.",
     "bug_lab.3":
         "Without no_sync every microbatch all-reduces: the gradient is still "
         "right, but no_sync sees synced ranks between microbatches and "
@@ -161,7 +189,12 @@ REASONING: dict[str, str] = {
         "W = 2; W = 1, 4 and 8 take one launch each. uneven_microbatches runs in "
         "launches of its own, and each deadlock ends one, so two deadlocks split "
         "it into 3: 4 + 3 = 7.",
-    # 07 checkpoint resume
+    "bug_lab.5":
+        "At 256 padded tokens rank 0 makes 4 microbatches and rank 1 makes 8. "
+        "After rank 0 runs out, rank 1 syncs 4 more times; each all-reduces its "
+        "whole .grad against rank 0's zeros and divides by W = 2, so what was "
+        "synced before is halved 4 times: 1/16 = 0.0625.",
+    # 06 checkpoint resume
     "checkpoint_resume.predict":
         "Each ablation drops one piece that the updates after step 50 read: the "
         "momentum (weights_only, no_optimizer_state), the order of the windows "
@@ -176,118 +209,93 @@ REASONING: dict[str, str] = {
         "window 0 of that order, so update 80, the 30th after the resume, draws "
         "window 29.",
     "checkpoint_resume.3":
-        "model.pt, optimizer.pt, trainer.json and manifest.json are written once "
-        "per checkpoint, and a rank-RR.pt once per rank (its own RNG states): 4 + "
-        "8 = 12.",
+        "Between the two renames the complete new checkpoint is step-0050.tmp and "
+        "the old one step-0050.old; latest_valid looks at step-NNNN names only, "
+        "so the newest it finds is step-0025, and the run resumes from step 25 "
+        "(a valid copy of step 50 sits in step-0050.old, unused).",
     "checkpoint_resume.4":
         "The manifest holds each file's hash, so the cut optimizer.pt fails it "
         "and step-0050 is not valid; latest_valid then returns the newest "
         "checkpoint that verifies, step-0025.",
-    # 08 evaluation
+    # 07 evaluation
     "evaluation.predict":
-        "The source is first-order and the model sees each transition many times "
-        "in 100 updates, so it closes nearly all of the gap from the untrained "
-        "loss: the chapter's run measures how little is left.",
+        "Only the sums with the repeats dropped count every test token once with "
+        "the same weight, and a sum does not depend on how the sequences were "
+        "split: it equals the one-process value to float64 round-off. Keeping "
+        "the repeats counts two sequences twice; the mean of rank means weighs a "
+        "token by 1 / (W N_r).",
+    "evaluation.predict_logging":
+        "Only the Trainer's training loss: with average_tokens_across_devices "
+        "each rank holds W S_r / N, and the mean over ranks is S / N. eval_loss "
+        "averages per-batch losses repeated per row; gather_for_metrics of a "
+        "scalar loss averages batch means, the padded duplicate in; Lightning's "
+        "on_step averages the ranks' values.",
     "evaluation.predict_shard":
         "The sampler pads the list with its first entries until 3 divides it: "
         "258 = 3 * 86, so every rank gets 86, and two sequences are scored twice.",
     "evaluation.1":
-        "A uniform row over 32 symbols has entropy log 32, and the floor averages "
-        "the rows' entropies: log 32, about 3.466 nats per token.",
+        "Add local_loss_sum over both ranks and the ten updates, and divide by "
+        "the sum of their local_tokens. The plain mean of the ten logged losses "
+        "gives each window the same weight whatever its N, and the early windows "
+        "differ enough in loss and size that it misses by about 0.6%.",
     "evaluation.2":
-        "The floor is the best loss per token any model can reach on this data; "
-        "the trained model's test loss minus it is what training left on the "
-        "table.",
+        "on_step with sync_dist averages the ranks' values: (S_0 / N_0 + S_1 / "
+        "N_1) / 2 from the two lines of update 80. Rank 0 holds fewer tokens, "
+        "so the mean of rank means weighs each of them more, and it misses the "
+        "window's logged token mean by about 2%.",
     "evaluation.3":
         "A sequence's targets are its tokens after the first, so the answer is "
         "the sum of (length - 1) over those 128 test sequences.",
     "evaluation.4":
-        "No: the entropy floor bounds the expected loss of every model on data "
-        "drawn from the corpus's distribution; a large test set sits at most a "
-        "sampling error below it.",
+        "Every target is distributed as pi (the sequences start from it), and "
+        "the model predicts pi, so its expected loss is the entropy of pi, "
+        "-sum pi log pi: between the floor (which uses the current token) and "
+        "log 32 (which uses nothing).",
     "evaluation.5":
         "2 divides 256, so the sampler adds no repeat and the sums with repeats "
         "kept are the token-weighted ones; the even and odd positions hold "
         "different token counts and losses, so their means' average is not the "
         "token mean.",
-    # 09 exercise
-    "exercise.predict_mom":
-        "The local means are 1 and 3, and their average is 2, whatever the "
-        "counts.",
-    "exercise.predict_global":
-        "(12 * 1 + 36 * 3) / 48 = 120 / 48 = 2.5: the rank with three times the "
-        "tokens pulls the mean toward its loss.",
-    "exercise.predict_pass":
-        "global_token weighs every token 1 / N in both scenarios. The mean of "
-        "means weighs a token 1 / (W N_r), which is 1 / N only when the counts "
-        "are equal, so it passes the balanced scenario and fails the skewed one.",
-    "exercise.predict_change":
-        "W counts the ranks and stays 2; only the number of tokens changes, so N, "
-        "summed over the ranks by the all_reduce, is what moves.",
-    "exercise.1":
-        "(12 * 1 + 60 * 3) / 72 = 192 / 72, about 2.667.",
-    "exercise.2":
-        "With 12 and 13 tokens, the mean of means weighs a rank-0 token 1/24 "
-        "instead of 1/25: a 4% change of weight, far above what the check "
-        "forgives as rounding.",
-    "exercise.3":
-        "Dividing each microbatch by its own count weighs a token of the 12-token "
-        "microbatch 1/12 against 1/36 in the long one: equal ranks do not make "
-        "equal microbatches, so it fails.",
-    # 10 production recipes
-    "production_recipes.predict":
-        "A recipe is exact when every token of every window weighs 1 / N after "
-        "DDP's average: a count after the shift, summed over the whole window and "
-        "every rank, and the W factor applied once.",
-    "production_recipes.1":
-        "N' counts 512 labels per row before the shift, and the loss sees 511 "
-        "after it: the gradient scales by N / N' = 511 / 512.",
-    "production_recipes.2":
-        "#2206 on pure DDP divides a global mean by W again: every gradient is "
-        "1/8 of the exact one. With SGD (momentum too is linear) a gradient times "
-        "c moves like a learning rate times c, so 0.05 * 8 = 0.4.",
-    "production_recipes.3":
-        "megatron_pre_clamp divides each microbatch's masked sum by that "
-        "microbatch's own count, unclamped: a microbatch with no supervised token "
-        "gives 0 / 0, and DDP's average spreads the NaN to every rank.",
-    "production_recipes.4":
-        "The factor is N / (N + R): the labels the loss sees over those a count "
-        "before the shift finds, on the skewed window laid out for 4 ranks.",
-    "production_recipes.5":
-        "Both get the weights' pattern right at one W but carry a factor that "
-        "depends on the ranks (a rank's own count; DDP's 1/W on a global mean), "
-        "so changing W exposes them; a mean of microbatch means depends on the "
-        "microbatches, which that check keeps.",
-    # 11 framework audit
+    # 08 framework audit
     "framework_audit.predict":
-        "A configuration trains the token mean when its loss divides by the "
-        "window's N over every rank, counted after the shift: the reading of the "
-        "installed versions, which the chapter's run then measures.",
+        "A recipe is exact when every token of every window weighs 1 / N: fairseq "
+        "(sums, then x W / N after DDP's mean), torchtitan on FSDP (S / N summed "
+        "over the ranks) and Megatron's per-token path (sums, then / N). The others "
+        "divide per microbatch, per rank, by a count taken before the shift, or by "
+        "W once too often.",
     "framework_audit.1":
         "With the flag on, GPT-2's count is taken before the shift, so each of "
         "the 6 rows supervised from its first label adds a label the loss never "
         "uses: N' = 1,206 and the factor is 1200 / 1206.",
     "framework_audit.2":
-        "The mean of rank means weighs a rank-0 token 1 / (W N_0) instead of 1 / "
-        "N: N / (W N_0) times the token mean's weight, with the counts of the "
-        "report.",
+        "#2206 on pure DDP divides a global mean by W again: every gradient is "
+        "1/8 of the exact one. With SGD (momentum too is linear, and nothing else "
+        "acts on the gradient) a gradient times c moves like a learning rate times "
+        "c, so 0.05 * 8 = 0.4.",
     "framework_audit.3":
         "Before 4.54 average_tokens_across_devices defaults to off, so each rank "
         "divides by its own count: a mean of rank means. And 4.50 counts the "
         "labels before the shift.",
     "framework_audit.4":
-        "A compute_loss that returns the model's mean loss divides each "
-        "microbatch by its own count; the audit names the candidate formula that "
-        "its gradient matches.",
-    # 12 choose the unit
+        "Mean of microbatch means without 1/M: the override calls the model "
+        "without num_items_in_batch, so each microbatch returns its own mean S / n, "
+        "and training_step, seeing a model that accepts loss kwargs and a count, "
+        "takes the loss as already divided by N and skips the division by M.",
+    "framework_audit.5":
+        "Each window's update is its token-mean gradient times its own N / (N + R): "
+        "1000 / 1016 for A (R = 16), 1000 / 1008 for B (R = 8). B weighs 1016 / "
+        "1008 = 1.0079 times A: over a run the scale reweights the windows.",
+    # 09 choose the unit
     "choose_the_unit.predict":
-        "Under the sequence mean each sequence gets the same total weight, shared "
-        "among its tokens: 1/10 each in the short one, 1/40 in the long one, a "
-        "ratio of 0.25.",
+        "Under the sequence mean each of the K sequences gets the same total "
+        "weight, shared among its n_s tokens: a token weighs 1 / (K n_s). The "
+        "ratio is the longest supervised count over the shortest, 123 / 16 = "
+        "7.69 on the parity window (the bands alone give about 128 / 16 = 8).",
     "choose_the_unit.1":
-        "Both sum A * l; the token mean divides by N, the window's supervised "
-        "tokens, and Dr. GRPO by its completions times the maximum length: the "
-        "factor is N over that constant.",
+        "The sequence mean gives every sequence 1 / K = 1/22. Divided by its "
+        "rank's own count, a rank-1 sequence gets 1/4, and DDP's mean over W = 2 "
+        "halves it: 1/8, so 22 / 8 = 2.75 times its weight. It is chapter 01's "
+        "mean of rank means, with the sequence as the unit.",
     "choose_the_unit.2":
         "C covers the whole optimizer step: 4 * 2 * 8 = 64 completions at 512 "
         "tokens, the same on every rank and microbatch.",
@@ -297,28 +305,15 @@ REASONING: dict[str, str] = {
         "the uneven microbatches (1 to 6 sequences) weigh the per-microbatch means "
         "far apart.",
     "choose_the_unit.4":
-        "A smaller budget fits fewer padded rows in a microbatch, so rank 1's "
-        "sequences split into more microbatches than under 384.",
+        "The generation batch holds 300 + 500 = 800 tokens, and each step divides "
+        "by half of them, 400; step 1's own token mean divides by 300. The factor "
+        "is 300 / 400 = 0.75 (step 2's is 500 / 400 = 1.25): each step is a "
+        "uniform scale of its own token mean, and over the run the steps are "
+        "reweighted.",
     "choose_the_unit.5":
         "Packed, a document is a run of supervised labels between boundaries: "
         "collate each microbatch into rows of 128 and count the runs.",
-    # 13 adapting
-    "adapting.predict_empty":
-        "Rank 1 hands DDP a zero gradient and DDP still divides by W = 2, while "
-        "the token mean divides by rank 0's tokens alone: the mean of means gets "
-        "half.",
-    "adapting.1":
-        "Every token weighs 1 / N: (10 * 2 + 30 * 1) / 40 = 50 / 40 = 1.25.",
-    "adapting.2":
-        "(2 + 1) / 2 = 1.5: each document counts once, whatever its length.",
-    "adapting.3":
-        "DDP averages over all 3 ranks, the empty one adding a zero, so the mean "
-        "of means is (S_0 / n + S_1 / n) / 3; the token mean is (S_0 + S_1) / (2 "
-        "n): a ratio of 2/3.",
-    "adapting.4":
-        "Ignoring the first 20 positions takes their labels out of the count: "
-        "count_tokens counts only the labels that are not -100.",
-    # 14 capstone
+    # 10 capstone
     "capstone.predict":
         "One: no_sync. The step divides by a count that holds padding, by the "
         "rank's own tokens and again by the microbatches (parity, trajectory, "
@@ -326,13 +321,20 @@ REASONING: dict[str, str] = {
         "the checkpoint loses the sampler and restores rank 0's RNG everywhere "
         "(resume); the evaluation averages rank means and keeps the repeats "
         "(evaluate_w2, evaluate_w3).",
+    "capstone.predict_empty":
+        "Rank 1's mean is 0 / 0: its loss is NaN, but cross-entropy's backward "
+        "writes exactly 0 for every ignored target, so its gradient is a finite "
+        "zero and nothing raises. DDP averages that zero with rank 0's gradient, "
+        "which is already the token mean's (N = N_0): half the right update.",
     "capstone.1":
         "Under the mean of means a token of rank r weighs 1 / (W N_r): 1/40 "
         "against 1/200, five times heavier.",
     "capstone.2":
-        "The loss sums the 100 supervised tokens but N counts 120 slots: every "
-        "gradient is 100 / 120, about 0.833, of the exact one, and the factor "
-        "moves with the padding from window to window.",
+        "The count takes 120 slots in the first window and 200 in the second: "
+        "their tokens weigh 1/120 and 1/200 where the token mean gives both "
+        "1/100. Each window is only scaled (by 100/120 and 100/200), but a "
+        "second-window token weighs 120 / 200 = 0.6 of a first-window one: over "
+        "a run, the padding reweights the windows.",
     "capstone.3":
         "The sampler pads 1,001 up to 1,008 = 8 * 126 with the first 7 "
         "indices: 7 sequences scored twice.",
@@ -341,6 +343,10 @@ REASONING: dict[str, str] = {
         "microbatches, leaves a factor 1 / (W M), the same on every rank: parity "
         "and trajectory see the scale, accumulation_invariance sees M change; "
         "permutation and no_sync hold.",
+    "capstone.5":
+        "DDP averages over all 3 ranks, the empty one adding a zero, so the mean "
+        "of means is (S_0 / n + S_1 / n) / 3; the token mean is (S_0 + S_1) / (2 "
+        "n): a ratio of 2/3.",
 }
 
 
@@ -383,7 +389,7 @@ def answer_text(q: quiz.Question) -> str:
 
 
 def _chapters() -> dict[str, str]:
-    """slug -> notebook stem, e.g. ddp_parity -> 05_ddp_parity."""
+    """slug -> notebook stem, e.g. ddp_parity -> 04_ddp_parity."""
     found = sorted((paths.project_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     return {p.stem[3:]: p.stem for p in found}
 

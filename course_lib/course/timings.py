@@ -19,7 +19,7 @@ from typing import ClassVar
 from course_lib.course.edition import tr
 from course_lib.reports.store import Committed
 
-# expect("06_bug_lab", "bugs") in a cell's source: (chapter, label).
+# expect("05_bug_lab", "bugs") in a cell's source: (chapter, label).
 CALL = re.compile(r'expect\("([0-9]{2}_[a-z0-9_]+)", "([a-z0-9_ -]+)"\)')
 
 

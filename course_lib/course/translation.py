@@ -13,7 +13,7 @@ The French notebooks live one folder down, so their relative links and
 paths gain a ``../``, and a first code cell sets ``COURSE_EDITION=fr``: the
 quiz and the widgets then speak French in that kernel (``edition``).
 
-    python -m course_lib.course.translation [--check]   # make translations
+    python -m course_lib.course.translation [--check] [--only NN ...]   # make translations
 """
 
 from __future__ import annotations
@@ -165,13 +165,18 @@ def main(argv: list[str] | None = None) -> int:
                                                                if e != editions.DEFAULT])
     parser.add_argument("--check", action="store_true",
                         help="only say which cells need a translation")
+    parser.add_argument("--only", nargs="*", default=None, metavar="NN",
+                        help="the chapters to build, by number (e.g. 04 05): the others "
+                             "may be stale meanwhile")
     args = parser.parse_args(argv)
-    stale = [line for stem in translated(args.edition) for line in problems(stem, args.edition)]
+    stems = [stem for stem in translated(args.edition)
+             if not args.only or stem[:2] in args.only]
+    stale = [line for stem in stems for line in problems(stem, args.edition)]
     for line in stale:
         print(line, file=sys.stderr)
     if stale or args.check:
         return 1 if stale else 0
-    for stem in translated(args.edition):
+    for stem in stems:
         path = built_path(stem, args.edition)
         shown = path.relative_to(paths.project_root())
         nb = build(stem, args.edition)

@@ -32,15 +32,14 @@ def global_token(model, microbatches, world_size):
     accumulate_window(model, microbatches, "global_token", world_size)
 
 
-def _sum_allreduce_hook(state, bucket):
-    """DDP comm hook: SUM the gradients over ranks instead of averaging them."""
-    work = dist.all_reduce(bucket.buffer(), async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
-
-
 def sum_reduction(model: DDP, world_size: int) -> None:
     """Set-up for steps that want DDP to SUM gradients over ranks."""
-    model.register_comm_hook(None, _sum_allreduce_hook)
+    def sum_allreduce(state, bucket):
+        """DDP comm hook: SUM a bucket of gradients over ranks, no division by W."""
+        work = dist.all_reduce(bucket.buffer(), async_op=True)
+        return work.get_future().then(lambda fut: fut.value()[0])
+
+    model.register_comm_hook(None, sum_allreduce)
 
 
 @with_setup(sum_reduction)

@@ -56,7 +56,7 @@ from course_lib.steps.base import StepInfo, backprop_each, with_setup
 from course_lib.steps.catalog import global_token, sum_reduction
 from course_lib.steps.rl_recipes import CLAIMS, MAX_COMPLETION_LENGTH
 
-# The verdicts and the empty-window outcomes are core.verdicts'; chapter 10
+# The verdicts and the empty-window outcomes are core.verdicts'; chapter 08
 # reads ``recipes.SCALED``.
 EXACT, BIASED, SCALED = Verdict.EXACT, Verdict.BIASED, Verdict.SCALED
 RAISES, ZERO_STEP, NAN = EmptyOutcome.RAISES, EmptyOutcome.ZERO_STEP, EmptyOutcome.NAN
@@ -408,7 +408,7 @@ NO_ADAPTER = {
                    "and model classes; no adapter",
     "nanoGPT": "nanoGPT is a script, not a package: its formula is the whole row",
     "DeepSpeed": "not tried: no adapter for DeepSpeed's engine",
-    "this course": "this course's own rule: chapters 04-05 audit it",
+    "this course": "this course's own rule: chapters 03-04 audit it",
     "verl": "not tried: verl's actor runs inside its Ray workers over a rollout; no adapter",
     "OpenRLHF": "not tried: OpenRLHF's loss runs inside its DeepSpeed/Ray actors; no adapter",
     "NeMo-RL": "not tried: NeMo-RL's loss runs inside its Ray policy workers; no adapter",
@@ -424,7 +424,7 @@ TRL_GRPO = ("TRL GRPOTrainer", "trl/trainer/grpo_trainer.py GRPOTrainer._compute
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    _recipe(course_rule, "this course", "this course", "chapter 04",
+    _recipe(course_rule, "this course", "this course", "chapter 03",
             "course_lib.core.normalize.accumulate_window",
             "W·S / N", "mean", "token_mean",
             "exact; an empty window is refused on every rank (EmptyWindowError)",
@@ -669,6 +669,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             policy=True, unrun=NO_ADAPTER["NeMo-RL"]),
 )}
 
+
+# The recipes chapter 08 reads and runs, one per family of outcome; every row
+# of RECIPES is in docs/recipes.md (``course.recipes_page``).
+REPRESENTATIVE = ("fairseq", "hf_trainer_le_4_45", "hf_trainer_4_46_0", "accelerate_docs",
+                  "torchtitan_ddp", "torchtitan_fsdp", "megatron_pre_clamp",
+                  "megatron_per_token")
 
 # --- predictions: pure functions of the window's counts ------------------------------------
 

@@ -171,9 +171,9 @@ def _consistent_state(page, timeout: float = UPDATE_TIMEOUT_S):
 
 
 def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screenshots):
-    _notebook(lab_server, "02_token_explorer.ipynb")
-    _open(page, "02_token_explorer.ipynb")
-    _wait_kernel_ready(page, lab_server, "02_token_explorer.ipynb")
+    _notebook(lab_server, "01_mean_of_means.ipynb")
+    _open(page, "01_mean_of_means.ipynb")
+    _wait_kernel_ready(page, lab_server, "01_mean_of_means.ipynb")
     _run_all(page)
 
     handle = page.locator(f"{SHOWN} .course-tokens-r1 .noUi-handle").first
@@ -185,7 +185,7 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
         f"for loss sums {sums0} and counts {counts0}")
     assert plot0, f"before any change the plot is not the one for counts {counts0}"
     handle.scroll_into_view_if_needed()
-    page.screenshot(path=str(screenshots / "02_token_explorer-before.png"))
+    page.screenshot(path=str(screenshots / "01_token_explorer-before.png"))
 
     # move rank 1's token slider with the keyboard, as a user would
     handle.focus()
@@ -198,7 +198,7 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
         timeout=30_000)
 
     sums1, counts1, gm1, mm1, expected1, plot1 = _consistent_state(page)
-    page.screenshot(path=str(screenshots / "02_token_explorer-after.png"))
+    page.screenshot(path=str(screenshots / "01_token_explorer-after.png"))
     assert counts1[1] != counts0[1], "rank 1's token count did not move"
     assert counts1[:1] == counts0[:1] and counts1[2:] == counts0[2:], "another rank moved"
     assert _number(gm1) == expected1[0], (
@@ -212,14 +212,14 @@ def test_token_explorer_global_mean_follows_the_slider(page, lab_server, screens
 
 
 def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots):
-    path = _notebook(lab_server, "05_ddp_parity.ipynb")
+    path = _notebook(lab_server, "04_ddp_parity.ipynb")
     cells = json.loads(path.read_text())["cells"]
     pngs = sum("image/png" in out.get("data", {})
                for cell in cells if cell["cell_type"] == "code"
                for out in cell.get("outputs", []))
-    assert pngs >= 1, "05_ddp_parity.ipynb has no committed PNG output (parity figure)"
+    assert pngs >= 1, "04_ddp_parity.ipynb has no committed PNG output (parity figure)"
 
-    _open(page, "05_ddp_parity.ipynb")
+    _open(page, "04_ddp_parity.ipynb")
     images = page.locator(f"{SHOWN} .jp-OutputArea-output img[src^='data:image/png']")
     images.first.wait_for(state="attached", timeout=60_000)
     page.wait_for_function(
@@ -233,7 +233,7 @@ def test_parity_chapter_renders_committed_outputs(page, lab_server, screenshots)
     first.scroll_into_view_if_needed()
     box = first.bounding_box()
     assert box and box["width"] > 100 and box["height"] > 100, f"figure too small: {box}"
-    page.screenshot(path=str(screenshots / "05_ddp_parity.png"))
+    page.screenshot(path=str(screenshots / "04_ddp_parity.png"))
     prompts = page.locator(f"{SHOWN} .jp-CodeCell .jp-InputPrompt").all_inner_texts()
     assert not any("*" in p for p in prompts), "the chapter was executed, not just opened"
 

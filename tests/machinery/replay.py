@@ -4,8 +4,8 @@ The test sessions' launch hook: the repository's conftest.py names this
 module in ``COURSE_LAUNCH_HOOK``, which ``course_lib.run.hooks`` imports.
 
 ``make test`` runs the chapters (nbval) and the tests side by side, and some
-launches are the same in both: chapter 06 and ``test_audit`` run the bug
-catalog, chapters 05, 07 and 09 and ``test_torchrun``'s ``run_all`` the
+launches are the same in both: chapter 05 and ``test_audit`` run the bug
+catalog, chapters 04 and 06 and ``test_torchrun``'s ``run_all`` the
 protocol. With ``COURSE_REPLAY=DIR`` set, a launch first looks in DIR for a
 launch with the same inputs:
 

@@ -1,0 +1,187 @@
+"""The real code that counts the tokens, each line beside the formula it implements.
+
+``installed()`` finds, with ``inspect``, the lines of the *installed*
+``transformers`` that fetch the window, count its supervised labels, gather
+the count over the ranks, divide the summed loss by it and multiply by W
+(``Trainer.get_batch_samples`` and the loss's ``num_items_in_batch`` path).
+Each line is found by a fragment of its text, in whatever version is
+installed; a fragment the version lacks is printed as missing, never
+guessed. ``QUOTED`` holds lines of code that is not installed here
+(accelerate's guide, torchtitan #2206), quoted with their commit and line.
+``describe`` prints either kind (chapter 08).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from course_lib.frameworks import installed as installed_version
+
+FORMULA = 16  # width of the formula column
+
+
+@dataclass(frozen=True)
+class Line:
+    """A statement of real code, where it is, and what it computes."""
+
+    formula: str  # in the course's notation: S, n, N_r, N, W, M
+    where: str  # file:line, and the function
+    code: tuple[str, ...]  # the statement's lines, dedented
+
+
+@dataclass(frozen=True)
+class Source:
+    """Lines of one piece of code, and where they come from."""
+
+    title: str
+    lines: tuple[Line, ...]
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A statement to find in the installed code: the functions to search
+    (``owner.name``, an owner of ``_owners``), in order, and the fragments
+    that find it."""
+
+    formula: str
+    functions: tuple[str, ...]
+    fragments: tuple[str, ...]
+    count: int = 1  # the lines to show from the one found (a statement's
+    # unclosed brackets extend it anyway)
+    optional: bool = False  # a version without it shows nothing, not "missing"
+
+
+TRAINER = "Trainer"
+COUNT = (f"{TRAINER}._get_num_items_in_batch", f"{TRAINER}.get_batch_samples")
+
+# transformers, from the window's fetch to the backward.
+TRANSFORMERS = (
+    Wanted("the window: M", (f"{TRAINER}.get_batch_samples",),
+           ("next(epoch_iterator)",)),
+    Wanted("L - 1 or L?", (f"{TRAINER}.__init__",),
+           ("self._loss_shifts_labels = ",), optional=True),
+    Wanted("n = L - 1 a row", COUNT, ('else batch["labels"][..., 1:]',), count=3,
+           optional=True),
+    Wanted("N_r = Σ n", COUNT, (".ne(-100).sum()", ".ne(-100)")),
+    Wanted("N = Σ_r N_r", COUNT, ("accelerator.gather(",)),
+    Wanted("S (a sum)", ("loss_utils.fixed_cross_entropy",),
+           ('reduction = "sum"',)),
+    Wanted("S / N", ("loss_utils.fixed_cross_entropy",),
+           ("loss = loss / num_items_in_batch",)),
+    Wanted("× W: W·S / N", (f"{TRAINER}.compute_loss",),
+           ("loss *= loss_scale", "loss *= self.accelerator.num_processes")),
+    Wanted("÷ M skipped?", (f"{TRAINER}.training_step",),
+           ("loss_is_scaled_for_ga = (",), optional=True),
+    Wanted("÷ M (mean loss)", (f"{TRAINER}.training_step",),
+           ("loss / self.current_gradient_accumulation_steps",
+            "loss / self.args.gradient_accumulation_steps")),
+)
+
+ACCELERATE_GUIDE = "docs/source/usage_guides/gradient_accumulation.md"
+TORCHTITAN = "torchtitan/models/llama3/infra/parallelize.py"
+
+# Lines of code that is not installed here, quoted from a fixed commit.
+QUOTED = (
+    Source("accelerate's guide, \"Gradient accumulation on training samples of "
+           "variable size\" (PR #3193), at commit 16cb6eb (2026-07-24)", (
+        Line("N_r' = Σ n'", f"{ACCELERATE_GUIDE}:280", (
+            'num_items_in_batch = sum([(batch["labels"].ne(-100)).sum() '
+            "for batch in batch_samples])",)),
+        Line("N' = Σ_r N_r'", f"{ACCELERATE_GUIDE}:282", (
+            "num_items_in_batch = accelerator.gather(num_items_in_batch).sum().item()",)),
+        Line("M·W·S / N'", f"{ACCELERATE_GUIDE}:301", (
+            "loss = (loss * gradient_accumulation_steps * accelerator.num_processes) "
+            "/ num_items_in_batch",)),
+    )),
+    Source("torchtitan #2206, \"Fix loss computation by handling valid token "
+           "imbalance in train loop\", commit 0cb7435 (2026-01-25)", (
+        Line("S (a sum)", "torchtitan/components/loss.py:25", ('reduction="sum",',)),
+        Line("N_r", "torchtitan/train.py:565", (
+            "local_valid_tokens += (labels != IGNORE_INDEX).sum()",)),
+        Line("N = Σ_r N_r", "torchtitan/train.py:573", (
+            'global_valid_tokens = dist_utils.dist_sum(local_valid_tokens, batch_mesh)',)),
+        Line("S / N (no × W)", "torchtitan/train.py:538", (
+            "loss = loss_sum / global_valid_tokens",)),
+        Line("FSDP: Σ over r", f"{TORCHTITAN}:284", (
+            "module.set_gradient_divide_factor(1.0)",)),
+        Line("DDP: mean over r", f"{TORCHTITAN}:374", (
+            "replicate(model, device_mesh=dp_mesh, bucket_cap_mb=100)",)),
+    )),
+)
+
+
+def _owners() -> dict[str, Any]:
+    """Where the wanted functions live, in the installed transformers."""
+    from transformers import trainer
+    from transformers.loss import loss_utils
+
+    return {"Trainer": trainer.Trainer, "loss_utils": loss_utils}
+
+
+def _resolve(owners: dict[str, Any], target: str) -> Any:
+    owner, _, name = target.partition(".")
+    return getattr(owners[owner], name, None)
+
+
+def _statement(lines: list[str], start: int, count: int) -> list[str]:
+    """``count`` lines from ``start``, extended while a bracket is open."""
+    end, depth = start, 0
+    while end < len(lines):
+        depth += sum(lines[end].count(c) for c in "([{")
+        depth -= sum(lines[end].count(c) for c in ")]}")
+        end += 1
+        if end - start >= count and depth <= 0:
+            break
+    block = lines[start:end]
+    indent = min(len(s) - len(s.lstrip()) for s in block if s.strip())
+    return [s[indent:].rstrip() for s in block]
+
+
+def find(wanted: Wanted) -> Line | None:
+    """The first statement that a fragment finds, in the first function that
+    has one; None when no installed function has any."""
+    import transformers
+
+    owners = _owners()
+    root = Path(transformers.__file__ or "").parent.parent
+    for target in wanted.functions:
+        obj = _resolve(owners, target)
+        if obj is None:
+            continue
+        lines, first = inspect.getsourcelines(obj)
+        shown = Path(inspect.getsourcefile(obj) or "").relative_to(root)
+        name = target.removeprefix("loss_utils.")
+        for fragment in wanted.fragments:
+            for i, text in enumerate(lines):
+                if fragment in text:
+                    return Line(wanted.formula, f"{shown.as_posix()}:{first + i} in {name}",
+                                tuple(_statement(lines, i, wanted.count)))
+    return None
+
+
+def installed() -> Source:
+    """The lines of the installed transformers, from the fetch to the backward."""
+    version = installed_version("transformers")
+    found = []
+    for wanted in TRANSFORMERS:
+        line = find(wanted)
+        if line is None and not wanted.optional:
+            line = Line(wanted.formula, "not found in this version",
+                        (" or ".join(repr(f) for f in wanted.fragments),))
+        if line is not None:
+            found.append(line)
+    return Source(f"transformers {version}, installed here", tuple(found))
+
+
+def describe(*sources: Source) -> str:
+    """Each line beside the formula it implements: formula, file:line, code."""
+    out = []
+    for source in sources:
+        out.append(source.title)
+        for line in source.lines:
+            out.append(f"  {line.formula:<{FORMULA}}  {line.where}")
+            out.extend(f"  {'':<{FORMULA}}    {code}" for code in line.code)
+    return "\n".join(out)
