@@ -76,8 +76,7 @@ def _launch_kw(args) -> dict:
     if getattr(args, "nnodes", 1) > 1 or getattr(args, "rdzv_endpoint", None):
         if not args.rdzv_endpoint:
             raise BadInput("--rdzv-endpoint: required with --nnodes > 1")
-        kw["multinode"] = launch.MultiNode(args.nnodes, args.node_rank,
-                                           args.rdzv_endpoint)
+        kw["multinode"] = launch.MultiNode(args.nnodes, args.rdzv_endpoint)
     return kw
 
 
@@ -418,7 +417,9 @@ def build_parser() -> Parser:
             p.add_argument("--timeout", type=float, default=900.0,
                            help="seconds before the whole job is killed")
             p.add_argument("--nnodes", type=int, default=1)
-            p.add_argument("--node-rank", type=int, default=0)
+            p.add_argument("--node-rank", type=int, default=0,
+                           help="accepted, not passed on: the c10d rendezvous "
+                           "numbers the nodes itself")
             p.add_argument("--rdzv-endpoint", default=None, help="host:port")
             p.add_argument("--verbose", action="store_true",
                            help="print each launch's torchrun command (to run it by "

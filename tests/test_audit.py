@@ -10,7 +10,7 @@ from course_lib.jobs import audit as audits
 from course_lib.jobs.audit import AuditReport, BugsReport
 from course_lib.reports.store import report_path
 from course_lib.run import launch
-from tests.conftest import course_lib_cli
+from tests.conftest import ROOT, course_lib_cli
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.usefixtures("no_worker_left_behind")]
 
@@ -210,3 +210,25 @@ def test_a_misbehaving_step_names_its_rank(step_file, tmp_path, cfg, name, culpr
     assert first.startswith(f"rank {culprit} failed in audit (step {name}"), first
     assert needle in first
     assert err.value.rank == culprit
+
+
+def _chapter_05_skeleton(tmp_path):
+    """my_step_fixed.py as chapter 05 writes it, TODOs and all."""
+    nb = json.loads((ROOT / "notebooks" / "05_bug_lab.ipynb").read_text())
+    source = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
+                  and "".join(c["source"]).startswith("%%writefile {lab}/my_step_fixed.py"))
+    path = tmp_path / "skeleton.py"  # its own name: the audit keys steps by name
+    path.write_text(source.split("\n", 1)[1].replace("def my_step(", "def skeleton("))
+    return path
+
+
+def test_chapter_05s_worked_step_passes_where_its_skeleton_fails(tmp_path, cfg):
+    """The instructors' completion of chapter 05's skeleton passes the three
+    checks the chapter runs; the skeleton as the learner finds it fails parity."""
+    solution = ROOT / "docs" / "solutions" / "bug_lab_my_step.py"
+    skeleton = _chapter_05_skeleton(tmp_path)
+    found = audits.audit(cfg, tmp_path / "run", [f"{solution}:my_step", f"{skeleton}:skeleton"],
+                         ["parity", "accumulation_invariance", "no_sync"])
+    solved, unsolved = found["my_step"], found["skeleton"]
+    assert all(r.passed for r in solved.checks.values()), solved
+    assert not unsolved.checks["parity"].passed

@@ -41,10 +41,12 @@ def test_torchrun_command_uses_a_free_loopback_port():
 
 
 def test_multinode_arguments_pass_through():
-    mn = launch.MultiNode(nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400")
+    mn = launch.MultiNode(nnodes=2, rdzv_endpoint="10.0.0.1:29400")
     cmd = launch.torchrun_command(Path("run.json"), 4, mn)
     joined = " ".join(cmd)
-    assert "--nnodes 2" in joined and "--node-rank 1" in joined
+    assert "--nnodes 2" in joined
+    # torchrun ignores --node-rank under c10d (it warns): every node types this
+    assert "--node-rank" not in joined
     assert "--rdzv-endpoint 10.0.0.1:29400" in joined and "--rdzv-backend c10d" in joined
     assert "--master-port" not in joined
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"], "what each node types"

@@ -87,8 +87,8 @@ def test_nonsense_is_a_hint_not_a_crash(given):
 def test_choices_refuse_unknown_options():
     verdict = quiz.check("bug_lab.3", ["no_sync", "speed"])
     assert not verdict.correct and "'speed' is not an option" in str(verdict)
-    assert quiz.check("bug_lab.3", ["NO_SYNC", "Uneven_Microbatches"]).correct, (
-        "case does not matter")
+    assert quiz.check("bug_lab.3", ["Uneven_Microbatches"]).correct, "case does not matter"
+    assert not quiz.check("bug_lab.3", ["no_sync", "uneven_microbatches"]).correct
 
 
 def test_answers_read_from_a_run(tmp_path, monkeypatch):

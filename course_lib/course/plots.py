@@ -44,14 +44,21 @@ def length_histograms(corpus: Corpus, bands: list[tuple[int, int]],
     lengths = corpus.lengths(split)
     for rank, (lo, hi) in enumerate(bands):
         mine = [n for n in lengths if lo <= n <= hi]
-        # Bins per band, so no bin straddles two ranks.
-        edges = [min(lo - 0.5 + 4 * k, hi + 0.5) for k in range((hi - lo) // 4 + 2)]
-        ax.hist(mine, bins=sorted(set(edges)), color=rank_color(rank), alpha=0.85,
-                label=f"rank {rank}: {lo}-{hi} tokens ({len(mine)} seqs)")
+        # Bins of about 4 lengths that tile each band exactly, so no bin
+        # straddles two ranks; a bar's height is per length, so a 5-length
+        # bin is not taller for holding more lengths.
+        n_bins = max(1, round((hi - lo + 1) / 4))
+        edges = sorted({lo + round(k * (hi - lo + 1) / n_bins) - 0.5
+                        for k in range(n_bins + 1)})
+        bins = list(zip(edges[:-1], edges[1:], strict=True))
+        heights = [sum(a < n < b for n in mine) / (b - a) for a, b in bins]
+        ax.stairs(heights, edges, fill=True, color=rank_color(rank), alpha=0.85,
+                  label=f"rank {rank}: {lo}-{hi} tokens ({len(mine)} seqs)")
     ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("sequences")
+    ax.set_ylabel("sequences per length")
     ax.set_title(f"{split} split: one length band per rank")
-    ax.legend(frameon=False)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
+    ax.legend(frameon=False, loc="upper center", ncols=2)
     return fig
 
 
@@ -59,12 +66,12 @@ def plan_tokens(plan: list, corpus: Corpus) -> Figure:
     """Supervised tokens per rank in every window of the plan."""
     fig, (ax,) = _figure()
     world = len(plan[0])
-    steps = range(1, len(plan) + 1)
+    steps = range(len(plan))  # plan[0] is step 0, as in the chapter
     for rank in range(world):
         tokens = [sum(len(corpus.sequences[i]) - 1 for micro in window[rank]
                       for i in micro) for window in plan]
         ax.plot(steps, tokens, color=rank_color(rank), label=f"rank {rank}")
-    ax.set_xlabel("update (window)")
+    ax.set_xlabel("step (one window, one optimizer update)")
     ax.set_ylabel("supervised tokens in the window")
     ax.set_ylim(bottom=0)
     ax.set_title("Same number of sequences per rank, not the same number of tokens")

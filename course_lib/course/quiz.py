@@ -211,6 +211,27 @@ def _candidate_names() -> tuple[str, ...]:
     return tuple(c.name for c in CANDIDATES)
 
 
+# 08: the candidates collinear with the token mean within a window (c g*)
+_SCALED_FORMULAS = ("counted before the shift", "exact without 1/M", "exact times 1/W")
+
+
+def _trainer_verdict(model: str) -> str:
+    """08: the verdict the table of readings predicts for the installed
+    Trainer on ``model``, average_tokens_across_devices on (before the run)."""
+    from course_lib.frameworks import installed
+    from course_lib.frameworks.expected import expected
+
+    version = installed("transformers")
+    if version is None:
+        raise FileNotFoundError("transformers is not installed")
+    formula = expected("hf", version, model, {"average_tokens_across_devices": True})
+    if formula is None:  # 4.46.2: no_sync inverted
+        return "ranks disagree"
+    if formula == "exact":
+        return "exact"
+    return "uniformly scaled" if formula in _SCALED_FORMULAS else "biased"
+
+
 @cache
 def _length_bias(world_size: int = 2) -> float:
     """09: under the sequence mean, what a token of the parity window's
@@ -413,9 +434,29 @@ def _join_left(max_tokens: int) -> float:
     return 0.5 ** (max(counts) - min(counts))
 
 
+def _join_alone_scale() -> float:
+    """05: rank 1's scale along the reference when Join divides by the ranks
+    still running. Rank 0 holds A, what was synced when it ran out; rank 1
+    adds its last microbatches h whole (divided by 1), the reference holds
+    them halved: rank 1 = A + h = 2 * (A + h / 2) - A, so its scale is 2
+    minus rank 0's, read from the chapter's join_every_microbatch."""
+    import torch
+
+    from course_lib.checks.uneven import result_path
+
+    path = result_path(paths.default_out("course"), "join_every_microbatch")
+    if not path.exists():
+        raise FileNotFoundError(tr("run the chapter's job first: no {name} yet")
+                                .format(name="audit/uneven/join_every_microbatch.pt"))
+    saved = torch.load(path, weights_only=True)
+    g, ref = saved["grads"][0].double(), saved["reference"].double()
+    return 2 - float(g @ ref / (ref @ ref))
+
+
 def _reseeded_window(update: int) -> Callable[[Any], int]:
     """06: the window (from 0) the re-seeded sampler draws for ``update``; the
-    report counts windows from 1."""
+    report counts windows from 1. A checkpoint saved after the re-seeding
+    keeps the re-seeded sampler, so a full resume from it goes on counting."""
     def get(r) -> int:
         first = r.ablations["sampler_from_seed"].first_window_after_resume - 1
         return first + update - (r.resumed_from_step + 1)
@@ -505,23 +546,19 @@ QUESTIONS: dict[str, Question] = {
         "Same ranks: the mean over all 48 tokens?", "number", 2.5,
         "add every token's loss, then divide by every token"),
     "mean_of_means.1": Question(
-        "Rank 0 holds 20 tokens of loss 2, rank 1 holds 80 tokens of loss 1. "
-        "The global token mean?", "number", 1.2,
-        "every token counts once, whichever rank holds it: what do all the "
-        "tokens' losses average to?"),
+        "Rank 0 holds 20 tokens of loss 2; every token of rank 1 has loss 1. "
+        "How many tokens must rank 1 hold for the mean of means to exceed the "
+        "global token mean by exactly 0.3?", "number", 80,
+        "which of the two means moves when rank 1's count changes? Find the "
+        "global mean that the gap asks for, then the count that gives it"),
     "mean_of_means.2": Question(
-        "Same ranks: the bias, mean of means minus global mean? Mind its sign.",
-        "number", 0.3,
-        "subtract in the order asked: the mean of means gives the 20-token "
-        "rank half the say, the global mean a fifth"),
-    "mean_of_means.3": Question(
         "From the start position (12 tokens of loss 1, 36 of loss 3), raise W "
         "to 3: rank 2 comes in with 24 tokens of loss 2. Predict the bias "
         "(mean of means - global mean), then move the slider to check.",
         "number", lambda: _explorer_bias(3),
         "the mean of means weighs the three ranks alike; the global mean "
         "weighs each by its share of the tokens"),
-    "mean_of_means.4": Question(
+    "mean_of_means.3": Question(
         "Four ranks hold 4, 16, 30 and 50 tokens. Under the mean of means, one "
         "rank-0 token weighs how many times what it weighs under the global "
         "mean? Derive it, then check with arithmetic.token_weights.",
@@ -535,7 +572,7 @@ QUESTIONS: dict[str, Question] = {
     "mean_of_means.predict_theta_global": Question(
         "At which theta is the global gradient zero?", "number", -0.5,
         "the token-weighted average of the targets: 12 of +1, 36 of -1"),
-    "mean_of_means.5": Question(
+    "mean_of_means.4": Question(
         "Theta example, rank 1 keeps its 36 targets -1: how many targets +1 "
         "must rank 0 hold for the global gradient to vanish at theta = -0.2? "
         "Derive it, then check with widgets.ThetaExplorer(counts=(n, 36)).",
@@ -577,10 +614,27 @@ QUESTIONS: dict[str, Question] = {
         "same number of sequences on every rank: compare a typical length of "
         "the lowest band and of the highest", rel_tol=0.05),
     # 03 the global denominator
+    "global_denominator.predict_factor": Question(
+        "Every rank r backprops its loss sum times one factor c, the same on "
+        "every rank: L_r = c * S_r. DDP averages the ranks' gradients. Which c "
+        "makes that average the gradient of the global token mean, "
+        "sum_r S_r / N?", "choice", "W / N",
+        "write DDP's average (1 / W) * sum_r of the gradient of c * S_r, and "
+        "compare it with the gradient of sum_r S_r / N: what must c * (1 / W) "
+        "equal?",
+        options=("1 / N_r", "1 / N", "W / N", "1 / (W * N)")),
     "global_denominator.predict": Question(
-        "The 12/36 example: 2.5 is right. With an extra / accumulation "
-        "(2 microbatches), what does DDP's average become?", "number", 1.25,
-        "N already covers both microbatches: what does dividing again do?"),
+        "The extra / accumulation (2 microbatches) halves every gradient. SGD "
+        "(lr 0.1, momentum 0.9) and Adam (lr 0.1), with neither weight decay "
+        "nor clipping, make three updates with the trapped gradients and three "
+        "with the right ones, from the same weights. For each optimizer, what "
+        "is a trapped update divided by the right one, to two decimals?",
+        "choice", "SGD 0.5 and Adam 1",
+        "SGD's update is linear in the gradients; Adam divides a running mean "
+        "of the gradients by the square root of a running mean of their "
+        "squares: what does a constant factor on every gradient do to each?",
+        options=("SGD 0.5 and Adam 0.5", "SGD 0.5 and Adam 1",
+                 "SGD 1 and Adam 0.5", "SGD 1 and Adam 1")),
     "global_denominator.1": Question(
         "Four ranks hold 50, 100, 100 and 150 supervised tokens in a window. "
         "Rank 0 cuts its 50 into two microbatches of 20 and 30 tokens. By what "
@@ -597,11 +651,12 @@ QUESTIONS: dict[str, Question] = {
         "the trap halves the loss's gradient, not the decay term: write the "
         "update lr * (g + weight_decay * w) for both"),
     "global_denominator.3": Question(
-        "A window of 4 microbatches. A rank runs every forward outside "
-        "model.no_sync(), and the backwards of the first 3 inside it. How many of "
-        "the 4 backwards synchronise the gradients across ranks?", "number", 4,
-        "where does DDP prepare its reduction, and where does each forward "
-        "run?"),
+        "A window of 4 microbatches. A rank runs all 4 forwards inside "
+        "model.no_sync(), and the backwards of the first 3 inside it too; only "
+        "the last backward runs outside. How many of the 4 backwards "
+        "synchronise the gradients across ranks?", "number", 0,
+        "DDP arms a backward's reduction during the forward, never during the "
+        "backward: which of the four forwards armed one?"),
     "global_denominator.4": Question(
         "Plain SGD after clip_grad_norm_(params, max_norm=1.0). Under the rule "
         "the gradient is [0.9, 1.2], of norm 1.5. With the extra / accumulation "
@@ -640,16 +695,19 @@ QUESTIONS: dict[str, Question] = {
         "solve the allclose inequality for atol, one component at a time: the "
         "worst component decides", rel_tol=0.05),
     "ddp_parity.3": Question(
-        "Run the exercise with rank 1 at 13 tokens, one more than rank 0: "
-        "does the mean of means pass the gradient check?", "choice",
+        "Rerun the 12 -> 36 experiment with rank 1 at 13 tokens, one more than "
+        "rank 0: does the mean of means pass the gradient check?", "choice",
         lambda: _exercise_verdict(_ONE_OFF, "mean_of_means"),
         "the check forgives rounding, not a change of weight: do a token's "
         "two weights still agree when the counts differ by one?",
         options=("yes", "no")),
     "ddp_parity.4": Question(
-        "A third rank joins the skewed scenario with 30 tokens (the ranks hold "
-        "12, 36 and 30). By what factor does each rank now multiply its loss "
-        "sum S_r?", "number", 3 / 78, "count the ranks, then the tokens"),
+        "A third rank joins the skewed scenario (12 and 36 tokens), but its "
+        "microbatch holds no supervised token (all prompt); it runs its forward "
+        "and backward like the others. Under the token rule W * S_r / N, by what "
+        "factor does the gradient every rank holds change?", "number", 1.0,
+        "write what DDP averages: each rank's gradient of W * S_r / N, summed "
+        "and divided by W. Which of W, N and the S_r change?", rel_tol=1e-3),
     # 05 the bug lab
     "bug_lab.predict_no_sync_backward_only": Question(
         "On the uneven layout (rank 1 makes more microbatches than rank 0), "
@@ -688,16 +746,24 @@ QUESTIONS: dict[str, Question] = {
         "every rank runs as many microbatches as the longest rank: count what "
         "each one lacks", rel_tol=0),
     "bug_lab.3": Question(
-        "Audit a step that backprops W * S_r / N with no no_sync() at all: "
-        "which checks fail?", "choices", ("uneven_microbatches", "no_sync"),
-        "write it with %%writefile and run course_lib.audit on it",
+        "Log the loss as many training loops do: in your finished "
+        "my_step_fixed, after each microbatch's backward, add "
+        "dist.all_reduce(s.detach().clone()). Audit it with every check: "
+        "which checks fail?", "choices", ("uneven_microbatches",),
+        "the logged all-reduce changes no gradient: count the collectives each "
+        "rank calls when the ranks make 3 and 6 microbatches",
         options=_check_names),
     "bug_lab.4": Question(
-        "Suppose world_size_invariance also compared W = 8, and two steps in "
-        "the middle of the catalog deadlocked on uneven microbatches: how many "
-        "torchrun launches would course_lib.bugs make at W = 2?", "number", 7,
-        "which jobs share the first launch, which world sizes need their own, "
-        "and what must happen after a launch dies on a deadlock?"),
+        "Join([model], divide_by_initial_world_size=False) divides each sync "
+        "by the ranks still running instead of by W. Put your my_step_fixed's "
+        "loop, without no_sync(), inside that Join, audit it with "
+        "[\"uneven_microbatches\"], and project each rank's saved gradient on "
+        "the reference as the chapter does. Derive it first from rank 0's "
+        "scale: what is rank 1's scale?", "number", _join_alone_scale,
+        "rank 0 keeps A, what was synced when it ran out; rank 1 then adds its "
+        "last three microbatches alone, divided by 1, where the reference "
+        "divides every microbatch by W: write both ranks and the reference "
+        "from A and those three", rel_tol=1e-3),
     "bug_lab.5": Question(
         "With a token budget of 256 padded tokens instead of 384, "
         "join_every_microbatch at W = 2: what share of what the two ranks had "
@@ -708,11 +774,12 @@ QUESTIONS: dict[str, Question] = {
         "whole gradient with zeros", rel_tol=1e-6),
     # 06 checkpoint and resume
     "checkpoint_resume.predict": Question(
-        "Which ablations change the parameters at step 100?", "choices",
+        "Which of the five resumes change the parameters at step 100?",
+        "choices",
         ("weights_only", "no_optimizer_state", "sampler_from_seed", "no_rng_state"),
         "for each piece, ask whether the updates after step 50 read it",
         options=("weights_only", "no_optimizer_state", "sampler_from_seed",
-                 "no_rng_state")),
+                 "no_rng_state", "other Python RNG states")),
     "checkpoint_resume.1": Question(
         "Set the model's dropout to 0 (dataclasses.replace on cfg.model), then "
         "run stop_and_continuous and resume_check in a scratch folder: which "
@@ -722,11 +789,15 @@ QUESTIONS: dict[str, Question] = {
         options=("weights_only", "no_optimizer_state", "sampler_from_seed",
                  "no_rng_state")),
     "checkpoint_resume.2": Question(
-        "Counting windows from 0: which window does the sampler_from_seed "
-        "ablation draw for update 80 (the continuous run draws window 79)?",
+        "A run resumes from step 50 with its sampler re-seeded, as in "
+        "sampler_from_seed, and saves its checkpoints at steps 75 and 100 as "
+        "usual. It is stopped after step 75, and a new job resumes from "
+        "step-0075 with every part restored. Counting windows from 0 as the "
+        "continuous run does (update 1 draws window 0): which window does "
+        "update 80 draw?",
         "number", _from("course_lib.jobs.resume:ResumeReport", _reseeded_window(80)),
-        "a re-seeded sampler starts its sequence over at the resume: count the "
-        "updates since then"),
+        "what sampler state did the checkpoint at step 75 save, and which "
+        "window had that sampler drawn last?"),
     "checkpoint_resume.3": Question(
         "The run folder holds step-0025 and step-0050, and a restarted job "
         "saves step 50 again. It is killed between final.rename(old) and "
@@ -736,13 +807,22 @@ QUESTIONS: dict[str, Question] = {
         "latest_valid look at?"),
     "checkpoint_resume.4": Question(
         "Copy step-0025 and step-0050 of the run's checkpoints/ into "
-        "scratch/checkpoints/, then cut the copy of step-0050's optimizer.pt "
-        "to half its size. Which checkpoint does "
-        "checkpoint.latest_valid(scratch) return?", "choice", "step-0025",
-        "what does the manifest vouch for, and what does latest_valid do when "
-        "the newest checkpoint fails?",
+        "scratch/checkpoints/. In the copy of step-0050, delete rank-01.pt "
+        "and remove its entry from manifest.json, so that the manifest lists "
+        "exactly the files in the folder, each with its right sha256. Which "
+        "checkpoint does checkpoint.latest_valid(scratch) return?", "choice",
+        "step-0025",
+        "the manifest and the folder agree; read the rest of verify: what "
+        "else does it ask of the files the manifest lists?",
         options=("step-0025", "step-0050", "none")),
     # 07 evaluation
+    "evaluation.predict_spread": Question(
+        "Averaged over the test tokens, how does the trained model's spread "
+        "term compare with the untrained model's?", "choice", "spread grows",
+        "the spread is also the average of -log p_j over all 32 symbols, p the "
+        "softmax: what does a model that is sure of the likely successors "
+        "leave to the other symbols?",
+        options=("spread shrinks", "spread stays about the same", "spread grows")),
     "evaluation.predict": Question(
         "On 3 ranks, which ways of combining the ranks' numbers give the "
         "one-process test loss, to float64 round-off?", "choices",
@@ -777,10 +857,13 @@ QUESTIONS: dict[str, Question] = {
         "what does on_step with sync_dist do with the ranks' values, and what is "
         "each rank's value here?", rel_tol=1e-4),
     "evaluation.3": Question(
-        "Count them from the corpus: how many next-token targets do the first "
-        "128 test sequences hold (corpus.splits['test'][:128])?", "number",
-        lambda: _test_targets(128),
-        "a sequence's targets are its tokens after the first"),
+        "A logger divides the summed loss of the first 128 test sequences "
+        "(corpus.splits['test'][:128]) by the sum of their lengths L instead "
+        "of their L - 1 targets; the summed loss itself is the same. What is "
+        "the ratio of its loss per token to the true one?", "number",
+        lambda: _test_targets(128) / (_test_targets(128) + 128),
+        "count both denominators from the corpus: how many more tokens does "
+        "counting L add, per sequence?", rel_tol=1e-5),
     "evaluation.4": Question(
         "A model that ignores the current token and always predicts the "
         "source's stationary distribution (corpus.source.stationary): what is "
@@ -804,43 +887,57 @@ QUESTIONS: dict[str, Question] = {
         "an exact recipe weighs every token 1/N on every window: which "
         "backprop and reduction pairs give W * S / N after DDP's average?",
         options=_representative),
+    "framework_audit.predict_gpt2": Question(
+        "A GPT-2 built from its config has loss_type None. In the live run, "
+        "your installed Trainer trains it with average_tokens_across_devices "
+        "on: what will the audit say of its gradient, against the token mean?",
+        "choice",
+        lambda: _trainer_verdict("gpt2"),
+        "with loss_type None, does _loss_shifts_labels hold, and which labels "
+        "does the count take then? Is the factor that follows the same for "
+        "every token of the window?",
+        options=("exact", "uniformly scaled", "biased", "ranks disagree")),
     "framework_audit.1": Question(
-        "16 rows over 2 ranks: 10 start with a masked prompt, 6 are supervised "
-        "from their first label; after the shift the loss uses N = 1,200 "
-        "labels. By what factor does a GPT-2 on transformers >= 5.10.1, with "
-        "the flag on, scale the gradient?", "number", 1200 / 1206,
-        "which rows hand the count a label that the shifted loss never uses?",
-        rel_tol=1e-6),
+        "A GPT-2 on transformers >= 5.10.1 with average_tokens_across_devices "
+        "on. Window A: 16 rows, all supervised from their first label, N = 1,000 "
+        "after the shift. Window B: 16 rows, 8 of them start with a masked "
+        "prompt, N = 1,000. With SGD, how much more does window B's update "
+        "weigh than window A's (c_B / c_A)?",
+        "number", 1016 / 1008,
+        "each window's update is scaled by its own N / (N + R): count R in each "
+        "window first", rel_tol=1e-6),
     "framework_audit.2": Question(
-        "torchtitan #2206 on pure DDP over 8 ranks, SGD (momentum 0.9, no weight "
-        "decay, no clipping) at lr 0.05: which lr gives exactly the updates of "
-        "the exact gradient at 0.05?", "number", 0.4,
-        "with SGD, multiplying every gradient by c moves the weights as "
-        "multiplying the learning rate by c would: what c does pure DDP add, "
-        "and what undoes it?", rel_tol=1e-4),
-    "framework_audit.3": Question(
         "A Llama on transformers 4.50, a version the matrix never ran; the "
         "config leaves average_tokens_across_devices at its default. Which "
         "formula does the gradient match?", "choice",
         lambda: _default_flag_formula("4.50.0", "llama"),
         "first: what was the flag's default before 4.54? Then: does 4.50 "
         "count the labels before or after the shift?", options=_candidate_names),
-    "framework_audit.4": Question(
-        "Audit the Trainer whose compute_loss returns the model's mean loss "
-        "(make_mean_trainer): which formula does its gradient match?", "choice",
+    "framework_audit.3": Question(
+        "my_trainer.py also defines make_mean_trainer, whose compute_loss "
+        "returns the model's own mean loss. Predict from the Trainer's lines "
+        "printed in this chapter, then audit it (uncomment the audit line): "
+        "which formula does its gradient match?", "choice",
         _from("course_lib.jobs.frameworks:FrameworksReport",
               lambda r: r.rows[0].matches, "audit-trainer-make_mean_trainer"),
         "the override calls the model without num_items_in_batch: what does "
         "the model return then? And does training_step still divide by M? "
         "Run the audit to check.", options=_candidate_names),
-    "framework_audit.5": Question(
-        "A GPT-2 on transformers >= 5.10.1, flag on. Window A: 16 rows, all "
-        "supervised from their first label, N = 1,000 after the shift. Window B: "
-        "16 rows, 8 of them start with a masked prompt, N = 1,000. With SGD, how "
-        "much more does window B's update weigh than window A's (c_B / c_A)?",
-        "number", 1016 / 1008,
-        "each window's update is scaled by its own N / (N + R): count R in each "
-        "window first", rel_tol=1e-6),
+    "framework_audit.4": Question(
+        "transformers 5.24.0 documents a class attribute, "
+        "Trainer.loss_is_scaled_for_ga: True, training_step uses the loss of "
+        "compute_loss as it is; False, it divides it by the accumulation steps "
+        "M; None, the default, it decides as the lines printed in this chapter "
+        "do. Subclass MeanLossTrainer with loss_is_scaled_for_ga = False "
+        "(uncomment the lines), audit make_flagged_trainer, and name the "
+        "formula its gradient now matches. (A version without the attribute "
+        "ignores it: the audit shows what yours does.)", "choice",
+        _from("course_lib.jobs.frameworks:FrameworksReport",
+              lambda r: r.rows[0].matches, "audit-trainer-make_flagged_trainer"),
+        "the override's loss is the model's own mean over its microbatch; with "
+        "False, training_step divides it by M before the backward, and DDP "
+        "averages the ranks: which candidate weighs a token that way? Run the "
+        "audit to check.", options=_candidate_names),
     # 09 choose the unit
     "choose_the_unit.predict": Question(
         "Under the sequence mean, on the parity window (rank 0's sequences drawn "
@@ -849,23 +946,51 @@ QUESTIONS: dict[str, Question] = {
         "weighs? (within 15% counts)", "number", lambda: _length_bias(2),
         "a sequence's tokens share one sequence's weight: how does a token's "
         "share grow as its sequence gets shorter?", rel_tol=0.15),
+    "choose_the_unit.predict_penalty": Question(
+        "Three ways to place the L2 penalty wrongly: penalty_every_microbatch "
+        "(weight 1 on every microbatch), penalty_times_world_size (W on each "
+        "rank's last microbatch) and penalty_on_rank_zero (1 on rank 0's last "
+        "microbatch alone). Which of them does accumulation_invariance catch, "
+        "with no reference?", "choices", ("penalty_every_microbatch",),
+        "accumulation_invariance cuts the same window into 1, 2, 4 or 16 "
+        "microbatches per rank: which placements give a penalty that changes "
+        "with that number?",
+        options=("penalty_every_microbatch", "penalty_times_world_size",
+                 "penalty_on_rank_zero")),
+    "choose_the_unit.predict_packed": Question(
+        "Packed rows of 128 tokens, the document objective: rows_as_documents, "
+        "the sequence rule run unchanged on the packed rows, each row one "
+        "sequence. Against the document objective's reference, does it pass "
+        "parity?", "choice", "fails parity",
+        "the rule gives each row one share, spread over the row's tokens: does "
+        "every document then get the same weight, when rows hold different "
+        "numbers of documents?", options=("passes parity", "fails parity")),
     "choose_the_unit.1": Question(
         "W = 2, the sequence objective: rank 0 holds 18 sequences, rank 1 holds "
         "4. Each rank divides its sum of sequence means by its own count of "
         "sequences, and DDP averages the two ranks. A rank-1 sequence then "
-        "weighs how many times what the sequence mean gives it?", "number",
+        "weighs how many times what the sequence mean gives it? (Chapter 01's "
+        "derivation, with the sequence for the token.)", "number",
         22 / 8,
         "the sequence mean gives every sequence 1 / K; what does a rank-1 "
         "sequence get once its rank divides by its own count and DDP by W?",
         rel_tol=1e-6),
     "choose_the_unit.2": Question(
-        "Dr. GRPO's constant: 4 ranks x 2 microbatches x 8 completions, at most 512 "
-        "tokens each. Which C must every rank and microbatch use?", "number",
-        4 * 2 * 8 * 512, "C is the whole optimizer step's batch, in completions, "
-        "times the maximum completion length", rel_tol=1e-9),
+        "Dr. GRPO divides the step's loss sum by a constant C: the optimizer "
+        "step's number of completions times the maximum completion length. A "
+        "job was set up on 4 ranks x 2 microbatches x 8 completions, at most 512 "
+        "tokens each, with that C. It moves to 8 ranks (still 2 microbatches of "
+        "8 completions each) and completions of up to 1,024 tokens, and its "
+        "config keeps the old C. Each update is then the right Dr. GRPO "
+        "update times what factor?", "number",
+        (8 * 2 * 8 * 1024) / (4 * 2 * 8 * 512),
+        "work out the C the new job should use, then compare the two "
+        "normalizers of the same loss sum", rel_tol=1e-9),
     "choose_the_unit.3": Question(
         "At PaLM's strength, zloss:0.0001, in float32: which checks catch "
-        "zloss_mean_per_microbatch?", "choices", ("trajectory", "uneven_microbatches"),
+        "zloss_mean_per_microbatch? Audit it with every check (the skeleton in "
+        "this cell), then compare with the L2 penalties' verdicts.", "choices",
+        ("trajectory", "uneven_microbatches"),
         "audit it with objective='zloss:0.0001' and every check; a small term "
         "hides inside one gradient's rounding: which checks look further?",
         options=_check_names),
@@ -873,14 +998,16 @@ QUESTIONS: dict[str, Question] = {
         "TRL's dapo with steps_per_generation = 2 GA: each optimizer step divides "
         "its loss sum by half the generation batch's tokens. The two steps of "
         "one generation batch train 300 and 500 tokens. Step 1's gradient is "
-        "its own token mean's times what factor?", "number", 300 / 400,
+        "its own token mean's times what factor? (Then work out step 2's: over "
+        "the two steps, which tokens count more?)", "number", 300 / 400,
         "the generation batch holds both steps' tokens: what does step 1 divide "
         "by, and what would its own token mean divide by?", rel_tol=1e-6),
     "choose_the_unit.5": Question(
-        "Packed rows of 128 tokens (document:128): how many documents does the "
-        "parity window hold, over both ranks?", "number", lambda: _documents(128),
-        "collate the window with packing_of(cfg, 128) and count the "
-        "documents of every microbatch with objectives.documents", rel_tol=0),
+        "Pack the parity window into rows of 256 tokens instead of 128 "
+        "(document:256): how many documents does it hold, over both ranks?",
+        "number", lambda: _documents(256),
+        "collate every microbatch of both ranks with packing_of(cfg, 256) and "
+        "count the documents of each with objectives.documents", rel_tol=0),
     # 10 capstone
     "capstone.predict": Question(
         "Read the script's four functions: how many of the grader's eight "
@@ -898,10 +1025,13 @@ QUESTIONS: dict[str, Question] = {
         options=("an error on every rank", "NaN gradients", "half the right update",
                  "the right update")),
     "capstone.1": Question(
-        "A window on 4 ranks holds 30, 10, 50 and 10 supervised tokens. Under the "
-        "mean of means, how many times heavier is a token of a 10-token rank than "
-        "one of the 50-token rank?", "number", 5,
-        "a token of rank r weighs 1 / (W N_r)"),
+        "A window on 4 ranks holds 30, 10, 50 and 10 supervised tokens, and the "
+        "step trains the mean of rank means. The tokens of some ranks then "
+        "weigh more than the token mean's 1/N: which ranks, and by what factor "
+        "does the heaviest token exceed 1/N?", "number", (1 / (4 * 10)) / (1 / 100),
+        "every rank gets the same share of the whole weight, whatever its "
+        "token count: which ranks hold fewer tokens than their share?",
+        rel_tol=1e-6),
     "capstone.2": Question(
         "Two windows of 100 supervised tokens each: the first holds 20 padded "
         "slots, the second 100, and the count takes labels.numel(). A token of "

@@ -80,7 +80,8 @@ def rows(out: Path) -> list[Row]:
             "gloo on CPU: another summation order"),
         Row("parity, mean of means", f"{R1['parity_mean_of_means']:.4f} FAIL",
             f"{p.control_mode.max_abs_err:.4f} {control}", "another model and data"),
-        Row("resume at step 100", "0 exactly", f"{r.max_abs_param_diff!r} exactly",
+        Row("resume at step 100", f"{R1['resume_diff']!r} exactly",
+            f"{r.max_abs_param_diff!r} exactly",
             "same verdict: bit for bit"),
         Row("test tokens", f"{R1['test_tokens']:,}", f"{e.test_tokens:,}",
             f"another corpus; ours counts the L - 1 targets of its "

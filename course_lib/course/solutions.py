@@ -41,20 +41,21 @@ REASONING: dict[str, str] = {
         "The 48 tokens sum to 12 * 1 + 36 * 3 = 120, and 120 / 48 = 2.5: the busy "
         "rank's tokens pull the mean toward its loss of 3.",
     "mean_of_means.1":
-        "Every token weighs 1 / N: (20 * 2 + 80 * 1) / 100 = 120 / 100 = 1.2.",
+        "The mean of means does not depend on the counts: the local means stay 2 "
+        "and 1, so it is 1.5 whatever rank 1 holds. A gap of 0.3 asks for a "
+        "global mean of 1.2 = (20 * 2 + n * 1) / (20 + n), so 24 + 1.2 n = 40 + n "
+        "and n = 80. The bias is positive, where the 12/36 example's was "
+        "negative: the mean of means leans toward the small rank's loss, here "
+        "the larger one.",
     "mean_of_means.2":
-        "The local means are 2 and 1, so the mean of means is 1.5, and 1.5 - 1.2 = "
-        "0.3. The bias is positive, where the 12/36 example's was negative: the "
-        "mean of means leans toward the small rank's loss, here the larger one.",
-    "mean_of_means.3":
         "The mean of means weighs the three ranks alike: (1 + 3 + 2) / 3 = 2. The "
         "global mean weighs them by their tokens: (12 + 108 + 48) / 72 = 7/3, so "
         "the bias is 2 - 7/3 = -1/3.",
-    "mean_of_means.4":
+    "mean_of_means.3":
         "A rank-0 token weighs 1 / (W N_0) = 1/16 under the mean of means and "
         "1 / N = 1/100 under the global mean: N / (W N_0) = 100 / 16 = 6.25. A "
-        "rank whose N_r is below N / W = 25 is overweighted; chapter 03 multiplies "
-        "each local mean by the inverse, W N_r / N.",
+        "rank whose N_r is below N / W = 25 is overweighted; chapter 03 derives "
+        "the per-rank scaling that gives every token the same weight again.",
     "mean_of_means.predict_theta_mom":
         "Each rank's mean pulls toward its own target, +1 or -1, and the mean of "
         "means gives each rank the same weight: the pulls cancel halfway, at 0.",
@@ -62,7 +63,7 @@ REASONING: dict[str, str] = {
         "The token mean's minimum is the token-weighted mean of the targets, each "
         "rank's share of the tokens applied to its target: 1/4 * (+1) + 3/4 * (-1) "
         "= -0.5.",
-    "mean_of_means.5":
+    "mean_of_means.4":
         "The global gradient vanishes where theta is the token-weighted mean of "
         "the targets, (n - 36) / (n + 36). Setting it to -0.2 gives 1.2 n = 28.8, "
         "so n = 24.",
@@ -91,9 +92,17 @@ REASONING: dict[str, str] = {
         "against 28.5, close to 4. The plan's exact sums give 3.885: the more "
         "ranks share the length range, the larger the skew between its ends.",
     # 03 global denominator
+    "global_denominator.predict_factor":
+        "DDP's average of the ranks' gradients is (1 / W) sum_r c grad S_r, and "
+        "the goal is (1 / N) sum_r grad S_r: they agree when c / W = 1 / N, so c "
+        "= W / N. 1 / N_r is the mean of means; 1 / N leaves DDP's 1 / W in "
+        "place, a gradient W times too small; 1 / (W * N) divides by W twice.",
     "global_denominator.predict":
-        "N already counts both microbatches' tokens; dividing again by 2 halves "
-        "every gradient, and the loss DDP averages: 2.5 / 2 = 1.25.",
+        "SGD, with or without momentum, is linear in the gradients: half the "
+        "gradients, half of every update, 0.5. Adam divides the running mean m "
+        "by the square root of the running mean v of the squares; halving every "
+        "gradient halves m and sqrt(v) alike, and only Adam's small epsilon "
+        "keeps the ratio from being exactly 1.",
     "global_denominator.1":
         "N is the whole window's count over all ranks, 50 + 100 + 100 + 150 = "
         "400, and every microbatch of every rank uses the same factor W / N = "
@@ -105,10 +114,11 @@ REASONING: dict[str, str] = {
         "not, 0.1 * (0.25 + 0.1) = 0.035, and the ratio is 0.35 / 0.6 = 0.583, "
         "not 0.5: with weight decay the trap is no longer a halved learning rate.",
     "global_denominator.3":
-        "DDP prepares a backward's reduction during the forward, and skips it "
-        "only for a forward run under no_sync(). Every forward ran outside it, so "
-        "all 4 backwards synchronise; the no_sync() around 3 of them comes too "
-        "late.",
+        "DDP arms a backward's reduction during the forward, and only for a "
+        "forward run outside no_sync(). All four forwards ran inside it, so no "
+        "backward synchronises, 0, not even the last one outside the context: "
+        "the ranks keep their own accumulated gradients, step with different "
+        "ones and silently drift apart.",
     "global_denominator.4":
         "Under the rule the norm, 1.5, exceeds max_norm, so clipping brings the "
         "gradient down to norm 1.0; the trapped gradient's norm, 0.75, is under "
@@ -144,11 +154,13 @@ REASONING: dict[str, str] = {
         "1/24 instead of 1/25: a 4% change of weight, far above what the check "
         "forgives as rounding.",
     "ddp_parity.4":
-        "W counts the ranks, so the third makes it 3 (W stays 2 only while the "
-        "job keeps two ranks), and N counts the tokens over all ranks, 12 + 36 "
-        "+ 30 = 78. Each rank multiplies its S_r by W / N = 3 / 78 = 1 / 26, "
-        "about 0.0385; keeping W = 2 would give 2 / 78, keeping N = 48 would "
-        "give 3 / 48. No extra division: N already covers every microbatch.",
+        "1, the gradient does not change: W becomes 3 but N stays 48, since the "
+        "third rank adds no token, so rank 2 backprops a zero gradient (its "
+        "backward still runs, so its all-reduce is there for the others). Ranks 0 "
+        "and 1 backprop 3 S_r / 48 and DDP divides the sum by 3: (3 S_0 / 48 + 3 "
+        "S_1 / 48 + 0) / 3 = (S_0 + S_1) / 48, the two-rank gradient. The rule "
+        "weighs tokens and the new rank has none; a loss that kept W = 2 would "
+        "give 2/3 of it.",
     # 05 bug lab
     "bug_lab.predict_no_sync_backward_only":
         "A deadlock: a forward outside no_sync() arms DDP's sync, so every "
@@ -181,14 +193,21 @@ REASONING: dict[str, str] = {
         "re-batched by 384 padded tokens, the ranks make 2, 4, 5 and 6 "
         "microbatches: 4 + 2 + 1 + 0 = 7 empty ones.",
     "bug_lab.3":
-        "Without no_sync every microbatch all-reduces: the gradient is still "
-        "right, but no_sync sees synced ranks between microbatches and "
-        "uneven_microbatches deadlocks when the ranks' microbatch counts differ.",
+        "uneven_microbatches only. The logged all-reduce touches no gradient, so "
+        "every gradient check passes, and no_sync, which compares the ranks' "
+        "gradients between microbatches, still sees them differ until the last "
+        "one. On the uneven layout rank 0 calls 3 logging all-reduces and rank 1 "
+        "calls 6, so rank 0's gradient sync meets rank 1's third logging "
+        "all-reduce: the collectives differ and the launch fails (gloo aborts; "
+        "with NCCL it may hang until the check's 10 s deadline).",
     "bug_lab.4":
-        "The first launch runs every in-launch check and world_size_invariance's "
-        "W = 2; W = 1, 4 and 8 take one launch each. uneven_microbatches runs in "
-        "launches of its own, and each deadlock ends one, so two deadlocks split "
-        "it into 3: 4 + 3 = 7.",
+        "Until rank 0 runs out both ranks sync and divide by 2, as in the "
+        "chapter: both hold A, and rank 0 keeps it (scale 0.729, as printed). "
+        "Rank 1 then syncs alone and divides by 1, so its last three "
+        "microbatches h enter whole: rank 1 = A + h, while the reference halves "
+        "every microbatch: ref = A + h / 2. So rank 1 = 2 ref - A, scale 2 - "
+        "0.729 = 1.271 (the run gives 1.2707): the two ranks' mean is the "
+        "reference, and neither rank holds it.",
     "bug_lab.5":
         "At 256 padded tokens rank 0 makes 4 microbatches and rank 1 makes 8. "
         "After rank 0 runs out, rank 1 syncs 4 more times; each all-reduces its "
@@ -196,28 +215,39 @@ REASONING: dict[str, str] = {
         "synced before is halved 4 times: 1/16 = 0.0625.",
     # 06 checkpoint resume
     "checkpoint_resume.predict":
-        "Each ablation drops one piece that the updates after step 50 read: the "
-        "momentum (weights_only, no_optimizer_state), the order of the windows "
-        "(sampler_from_seed), the dropout masks (no_rng_state). Any one of them "
-        "changes the parameters by step 100.",
+        "The four ablations: each drops one piece that the updates after step 50 "
+        "read, the momentum (weights_only, no_optimizer_state), the order of the "
+        "windows (sampler_from_seed), the dropout masks (no_rng_state), and any "
+        "one of them changes the parameters by step 100. Nothing in the step "
+        "draws from Python's random (the sampler has its own generator), so "
+        "other Python RNG states leave step 100 bit for bit the same.",
     "checkpoint_resume.1":
         "Without dropout nothing after step 50 draws from the RNG states, so "
         "no_rng_state no longer changes anything; the momentum and the order of "
         "the windows still do.",
     "checkpoint_resume.2":
-        "A sampler re-seeded at the resume starts its order over: update 51 draws "
-        "window 0 of that order, so update 80, the 30th after the resume, draws "
-        "window 29.",
+        "The re-seeded sampler starts its order over: updates 51 to 75 draw "
+        "windows 0 to 24, and the checkpoint at step 75 saves that sampler as it "
+        "stands. The full resume restores it faithfully, so updates 76 to 80 "
+        "draw windows 25 to 29: update 80 draws window 29, not 79, as a "
+        "checkpoint saves the trajectory it is on, wrong or right.",
     "checkpoint_resume.3":
         "Between the two renames the complete new checkpoint is step-0050.tmp and "
         "the old one step-0050.old; latest_valid looks at step-NNNN names only, "
         "so the newest it finds is step-0025, and the run resumes from step 25 "
         "(a valid copy of step 50 sits in step-0050.old, unused).",
     "checkpoint_resume.4":
-        "The manifest holds each file's hash, so the cut optimizer.pt fails it "
-        "and step-0050 is not valid; latest_valid then returns the newest "
-        "checkpoint that verifies, step-0025.",
+        "The manifest and the folder agree, but trainer.json says world size 2, "
+        "and verify asks the manifest for rank-00.pt and rank-01.pt: the second "
+        "is missing from it, so step-0050 fails. latest_valid then returns the "
+        "newest checkpoint that verifies, step-0025.",
     # 07 evaluation
+    "evaluation.predict_spread":
+        "It grows, from about 3.6 to about 5.9 nats: the spread is the average "
+        "of -log p_j over all 32 symbols, and a trained model that is sure of "
+        "the few likely successors gives the others tiny probabilities, each "
+        "paying a large -log p_j. The knowledge term grows faster, so the loss, "
+        "their difference, falls.",
     "evaluation.predict":
         "Only the sums with the repeats dropped count every test token once with "
         "the same weight, and a sum does not depend on how the sequences were "
@@ -244,8 +274,10 @@ REASONING: dict[str, str] = {
         "so the mean of rank means weighs each of them more, and it misses the "
         "window's logged token mean by about 2%.",
     "evaluation.3":
-        "A sequence's targets are its tokens after the first, so the answer is "
-        "the sum of (length - 1) over those 128 test sequences.",
+        "The summed loss is unchanged and the denominator gains one token per "
+        "sequence: with T the sum of (length - 1) over those 128 sequences, the "
+        "ratio is T / (T + 128), about 0.986, so the logged loss per token is "
+        "about 1.4% too small.",
     "evaluation.4":
         "Every target is distributed as pi (the sequences start from it), and "
         "the model predicts pi, so its expected loss is the entropy of pi, "
@@ -263,34 +295,52 @@ REASONING: dict[str, str] = {
         "over the ranks) and Megatron's per-token path (sums, then / N). The others "
         "divide per microbatch, per rank, by a count taken before the shift, or by "
         "W once too often.",
+    "framework_audit.predict_gpt2":
+        "A GPT-2 built from its config has loss_type None, so _loss_shifts_labels "
+        "is False and the count takes every label: each row supervised from its "
+        "first label adds one the loss never uses, N' = N + R, gathered over the "
+        "ranks. Every rank backprops W * S_r / N' with the same N', so the "
+        "gradient is N / (N + R) times the token mean's, one factor for the whole "
+        "window: uniformly scaled (from 4.48 on; the table of readings answers for "
+        "the installed version).",
     "framework_audit.1":
-        "With the flag on, GPT-2's count is taken before the shift, so each of "
-        "the 6 rows supervised from its first label adds a label the loss never "
-        "uses: N' = 1,206 and the factor is 1200 / 1206.",
+        "Each window's update is its token-mean gradient times its own N / (N + R): "
+        "1000 / 1016 for A (R = 16), 1000 / 1008 for B (R = 8). B weighs 1016 / "
+        "1008 = 1.0079 times A: over a run the scale reweights the windows.",
     "framework_audit.2":
-        "#2206 on pure DDP divides a global mean by W again: every gradient is "
-        "1/8 of the exact one. With SGD (momentum too is linear, and nothing else "
-        "acts on the gradient) a gradient times c moves like a learning rate times "
-        "c, so 0.05 * 8 = 0.4.",
-    "framework_audit.3":
         "Before 4.54 average_tokens_across_devices defaults to off, so each rank "
         "divides by its own count: a mean of rank means. And 4.50 counts the "
         "labels before the shift.",
-    "framework_audit.4":
+    "framework_audit.3":
         "Mean of microbatch means without 1/M: the override calls the model "
         "without num_items_in_batch, so each microbatch returns its own mean S / n, "
         "and training_step, seeing a model that accepts loss kwargs and a count, "
         "takes the loss as already divided by N and skips the division by M.",
-    "framework_audit.5":
-        "Each window's update is its token-mean gradient times its own N / (N + R): "
-        "1000 / 1016 for A (R = 16), 1000 / 1008 for B (R = 8). B weighs 1016 / "
-        "1008 = 1.0079 times A: over a run the scale reweights the windows.",
+    "framework_audit.4":
+        "Mean of microbatch means: with loss_is_scaled_for_ga = False, "
+        "training_step divides the model's own mean S / n by M before the "
+        "backward, and DDP averages the ranks, S / (W M n). The attribute restores "
+        "the missing 1/M of exercise 3, not the token mean: every microbatch still "
+        "weighs the same whatever its token count (a version without the attribute "
+        "ignores it, and its run shows exercise 3's formula).",
     # 09 choose the unit
     "choose_the_unit.predict":
         "Under the sequence mean each of the K sequences gets the same total "
         "weight, shared among its n_s tokens: a token weighs 1 / (K n_s). The "
         "ratio is the longest supervised count over the shortest, 123 / 16 = "
         "7.69 on the parity window (the bands alone give about 128 / 16 = 8).",
+    "choose_the_unit.predict_penalty":
+        "Only penalty_every_microbatch. Added on every microbatch, the penalty "
+        "counts M times, and accumulation_invariance changes M. The two others "
+        "add it once per rank whatever M is (W times too strong, or on one rank "
+        "only and divided by W in DDP's mean): only a reference, parity, sees "
+        "them.",
+    "choose_the_unit.predict_packed":
+        "It fails parity. The sequence rule gives every row the same weight, spread over "
+        "the row's tokens, so a document weighs its share of its row's tokens. "
+        "The packed rows hold from 1 to 4 documents, so a document alone in its "
+        "row weighs more than one that shares it; on rows of one sequence the "
+        "same rule is exact, as the sequence objective's audit showed.",
     "choose_the_unit.1":
         "The sequence mean gives every sequence 1 / K = 1/22. Divided by its "
         "rank's own count, a rank-1 sequence gets 1/4, and DDP's mean over W = 2 "
@@ -298,7 +348,10 @@ REASONING: dict[str, str] = {
         "mean of rank means, with the sequence as the unit.",
     "choose_the_unit.2":
         "C covers the whole optimizer step: 4 * 2 * 8 = 64 completions at 512 "
-        "tokens, the same on every rank and microbatch.",
+        "tokens, 32,768, in the old job; 8 * 2 * 8 = 128 completions at 1,024 "
+        "tokens, 131,072, in the new one. The same loss sum divided by the old "
+        "C is 131,072 / 32,768 = 4 times the right update, at every step: a "
+        "learning rate 4 times too large for SGD.",
     "choose_the_unit.3":
         "At 1e-4 the z term's wrong normalization moves one gradient less than "
         "float32's parity tolerance; the trajectory compounds it over updates, and "
@@ -312,7 +365,8 @@ REASONING: dict[str, str] = {
         "reweighted.",
     "choose_the_unit.5":
         "Packed, a document is a run of supervised labels between boundaries: "
-        "collate each microbatch into rows of 128 and count the runs.",
+        "collate each microbatch into rows of 256 and count the runs, 143 over "
+        "both ranks (85 in rows of 128): wider rows take more filler documents.",
     # 10 capstone
     "capstone.predict":
         "One: no_sync. The step divides by a count that holds padding, by the "
@@ -327,8 +381,11 @@ REASONING: dict[str, str] = {
         "zero and nothing raises. DDP averages that zero with rank 0's gradient, "
         "which is already the token mean's (N = N_0): half the right update.",
     "capstone.1":
-        "Under the mean of means a token of rank r weighs 1 / (W N_r): 1/40 "
-        "against 1/200, five times heavier.",
+        "Under the mean of means each rank gets 1/W of the weight, shared by "
+        "its N_r tokens: a token weighs 1 / (W N_r), more than 1/N exactly when "
+        "N_r < N / W = 25. The two 10-token ranks: 1/40 against 1/100, 2.5 "
+        "times; the tokens of the 30- and 50-token ranks weigh less (1/120 "
+        "and 1/200).",
     "capstone.2":
         "The count takes 120 slots in the first window and 200 in the second: "
         "their tokens weigh 1/120 and 1/200 where the token mean gives both "

@@ -75,7 +75,8 @@ def explorer_state(tokens: Sequence[int], losses: Sequence[float],
             "global": arithmetic.rank_weights(counts),
             "mean_of_means": [1 / world] * world,
         },
-        # How much heavier the lightest rank's token is than the heaviest's.
+        # How much more a token of the rank with the fewest tokens weighs than
+        # one of the rank with the most.
         "weight_ratio": max(w_mom) / min(w_mom),
         "scaled_local_losses": arithmetic.scaled_local_losses(sums, counts),
     }
@@ -248,9 +249,10 @@ class TokenExplorer(_Displayable):
         self.bias_readout.value = _readout(tr("bias: {value}").format(value=fmt4(bias)),
                                            BIAS_COLOR)
         self.weight_readout.value = tr(
-            "Under the mean of means the lightest rank's token weighs <b>{ratio}x</b> "
-            "the heaviest rank's token; under the global mean every token weighs "
-            "1/N = 1/{n}.").format(ratio=f"{st['weight_ratio']:.2f}", n=st["global_tokens"])
+            "Under the mean of means a token of the rank with the fewest tokens "
+            "weighs <b>{ratio}x</b> one of the rank with the most; under the "
+            "global mean every token weighs 1/N = 1/{n}.").format(
+                ratio=f"{st['weight_ratio']:.2f}", n=st["global_tokens"])
         return st
 
     def _draw(self, st: dict) -> None:

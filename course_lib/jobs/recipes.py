@@ -389,6 +389,24 @@ def describe(report: RecipesReport, names: Sequence[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def describe_verdicts(report: RecipesReport, names: Sequence[str] | None = None) -> str:
+    """The verdict table, short (chapter 08): per recipe, its verdict against
+    the token mean on each window, the skewed window's relative error, and
+    what the empty window does. ``describe`` has every column."""
+    tol = TOLERANCE.of(report.dtype)
+    lines = [f"{'recipe':<20} {'balanced':<15} {'skewed':<15} {'skewed error':>12}  "
+             "empty window"]
+    for name in names or report.recipes:
+        row = report.recipes[name]
+        shown = [verdict_text(row.regimes[r].verdict, row.regimes[r].factor)
+                 for r in REGIMES]
+        error = error_text(row.relative_error[REGIMES[-1]], tol)
+        lines.append(f"{name:<20} {shown[0]:<15} {shown[1]:<15} {error:>12}  "
+                     f"{empty_text(row)}")
+    lines.append(f"every prediction holds: {report.every_prediction_holds}")
+    return "\n".join(lines)
+
+
 def mismatches(report: RecipesReport) -> list[str]:
     """'name (what)' for each row not as predicted: against the token mean,
     against its claim, or on the empty window."""

@@ -83,9 +83,11 @@ def torchrun_command(run_file: Path, nproc_per_node: int,
         else:  # a free port: 29500 may be taken by another job on this host
             cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     else:
+        # The same command on every node: the c10d rendezvous numbers the
+        # nodes itself (torchrun ignores --node-rank there, with a warning).
         cmd += ["--nnodes", str(multinode.nnodes), "--nproc-per-node", str(nproc_per_node),
-                "--node-rank", str(multinode.node_rank), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", multinode.rdzv_endpoint, "--rdzv-id", multinode.rdzv_id]
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", multinode.rdzv_endpoint,
+                "--rdzv-id", multinode.rdzv_id]
     cmd += ["--max-restarts", str(max_restarts)]
     if forkserver:
         # Forked from the agent, which has already imported torch and

@@ -75,9 +75,10 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class MultiNode:
-    """Passed through to torchrun; the course never writes its own launcher."""
+    """Passed through to torchrun; the course never writes its own launcher.
+    No node rank: the c10d rendezvous numbers the nodes, so every node runs
+    the same command."""
 
     nnodes: int
-    node_rank: int
     rdzv_endpoint: str
     rdzv_id: str = "course"
