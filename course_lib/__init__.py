@@ -70,7 +70,6 @@ _EXPORTS: dict[str, str] = {
     # 08 your framework, audited: the recipes, the real code, the real loops
     "recipes": "course_lib.steps.recipes",
     "recipe_audit": "course_lib.jobs.recipes",
-    "lr_scale": "course_lib.course.lr_scale",
     "real_code": "course_lib.frameworks.source",
     "audit_frameworks": "course_lib.jobs.frameworks:audit_frameworks",
     "audit_trainer": "course_lib.jobs.frameworks:audit_trainer",

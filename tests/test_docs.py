@@ -136,3 +136,21 @@ def test_the_committed_recipes_page_is_the_generators_output():
     assert set(report.recipes) == set(RECIPES), "docs/recipes-report.json: make recipes-page"
     assert recipes_page.markdown_path().read_text() == recipes_page.markdown(report), (
         "docs/recipes.md is stale: run `make recipes-page` (or --snapshot)")
+
+
+def test_the_reference_run_page_shows_the_course_run():
+    """docs/reference-run.md (chapter 07 links it) states the course's column of
+    the r1 comparison: when the chapters' run exists, its numbers are those."""
+    from course_lib.core import paths
+    from course_lib.course import reconcile
+
+    out = paths.default_out("course")
+    try:
+        rows = reconcile.rows(out)
+    except FileNotFoundError:
+        pytest.skip("no runs/course: the chapters have not run here")
+    page = (DOCS / "reference-run.md").read_text()
+    table = [line.split("|")[1:-1] for line in page.splitlines() if line.startswith("| ")]
+    for row in rows:
+        assert any(cells[1].strip() == row.r1 and cells[2].strip() == row.ours
+                   for cells in table), f"{row.quantity}: r1 {row.r1}, ours {row.ours}"

@@ -9,7 +9,7 @@ import torch
 from course_lib import steps
 from course_lib.core import verdicts
 from course_lib.core.verdicts import EmptyOutcome, Verdict
-from course_lib.course import lr_scale, quiz
+from course_lib.course import quiz
 from course_lib.jobs import audit as audits
 from course_lib.jobs import recipes as recipe_audit
 from course_lib.jobs.recipes import RecipesReport
@@ -274,15 +274,6 @@ def test_the_prediction_is_the_set_of_exact_representative_recipes():
     assert quiz.check("framework_audit.predict", sorted(exact)).correct
     picked = sorted(exact | {"torchtitan_ddp"})
     assert not quiz.check("framework_audit.predict", picked).correct
-
-
-def test_a_uniform_scale_moves_sgd_and_barely_adam(cfg, corpus):
-    runs = lr_scale.simulate(cfg, corpus, (1.0, 0.5), updates=2)
-    drift = {(r.optimizer, r.factor): r.drift for r in runs}
-    assert drift[("sgd", 1.0)] == drift[("adam", 1.0)] == 0.0
-    assert drift[("sgd", 0.5)] > 0.1
-    assert drift[("adam", 0.5)] < 1e-2
-    assert "Adam" in lr_scale.describe(runs)
 
 
 # --- one real run ---------------------------------------------------------------------------

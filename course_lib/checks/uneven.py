@@ -134,5 +134,5 @@ def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:
 
 CHECK = Check(NAME, f"the window re-batched by a budget of {MAX_TOKENS} padded tokens "
               "(fairseq's max_tokens), so the ranks make different numbers of "
-              "microbatches; a step that deadlocks is named (a launch of its own)",
+              "microbatches; a step that hangs is named (a launch of its own)",
               apart=Apart(UnevenJob, run_rank, collect, run=run))

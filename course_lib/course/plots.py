@@ -373,25 +373,3 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]]) -> Figure:
     ax.set_title("Per-sequence normalization gives short sequences' tokens more weight")
     fig.legend(frameon=False, loc="outside lower center", ncols=len(weights), fontsize=8)
     return fig
-
-
-def scaled_training(runs) -> Figure:
-    """Loss per update with the exact gradient and with a scaled one, per optimizer."""
-    from course_lib.course.lr_scale import NAMES
-
-    optimizers = list(dict.fromkeys(r.optimizer for r in runs))
-    fig, axes = _figure(len(optimizers))
-    for ax, name in zip(axes, optimizers, strict=True):
-        for run in (r for r in runs if r.optimizer == name):
-            exact = run.drift == 0
-            ax.plot(range(1, len(run.losses) + 1), run.losses,
-                    color=COLORS["global_token" if exact else "mean_of_means"],
-                    lw=3 if exact else 1.5, alpha=0.5 if exact else 1.0,
-                    ls="-" if exact else "--",
-                    label=f"gradient x {run.factor:g}")
-        ax.set_title(NAMES[name])
-        ax.set_xlabel("update")
-        ax.legend(frameon=False)
-    axes[0].set_ylabel("window loss per token (nats)")
-    fig.suptitle("A uniform gradient scale changes SGD's steps, not Adam's")
-    return fig

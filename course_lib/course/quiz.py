@@ -179,7 +179,7 @@ def _check_names() -> tuple[str, ...]:
 REFERENCE_FREE = ("accumulation_invariance", "world_size_invariance",
                   "permutation_invariance", "no_sync")
 # 05 bug_lab: what a step does when the ranks make different numbers of microbatches
-UNEVEN_OUTCOMES = ("right gradient", "wrong gradient", "deadlock")
+UNEVEN_OUTCOMES = ("right gradient", "wrong gradient", "hang")
 
 
 def _representative() -> tuple[str, ...]:
@@ -277,15 +277,19 @@ def _window_bias(step: int, per_token: tuple[float, ...]) -> float:
     return arithmetic.mean_of_means(sums, counts) - arithmetic.global_mean(sums, counts)
 
 
-def _explorer_bias(world_size: int) -> float:
-    """The token explorer's bias (mean of means - global) with its default
-    counts and losses for the first ``world_size`` ranks."""
+def _explorer_balance(world_size: int) -> int:
+    """The token explorer with its default counts and losses for the first
+    ``world_size`` ranks: the count of rank 0 at which the bias (mean of
+    means - global) vanishes, searched over whole counts."""
     from course_lib.core import arithmetic
     from course_lib.core.arithmetic import DEFAULT_LOSSES, DEFAULT_TOKENS
 
-    counts = list(DEFAULT_TOKENS[:world_size])
-    sums = [n * x for n, x in zip(counts, DEFAULT_LOSSES, strict=False)]
-    return arithmetic.mean_of_means(sums, counts) - arithmetic.global_mean(sums, counts)
+    def bias(n: int) -> float:
+        counts = [n, *DEFAULT_TOKENS[1:world_size]]
+        sums = [c * x for c, x in zip(counts, DEFAULT_LOSSES, strict=False)]
+        return arithmetic.mean_of_means(sums, counts) - arithmetic.global_mean(sums, counts)
+
+    return next(n for n in range(1, 1000) if abs(bias(n)) < 1e-12)
 
 
 def _targets_for_optimum(theta: float, others: int = 36) -> float:
@@ -295,17 +299,19 @@ def _targets_for_optimum(theta: float, others: int = 36) -> float:
     return others * (1 + theta) / (1 - theta)
 
 
-def _plan_token_ratio(world_size: int = 2) -> float:
-    """The last rank's supervised tokens over rank 0's, summed over the whole
-    plan of ``world_size`` ranks."""
+def _plan_token_ratio(world_size: int = 2, top: int | None = None,
+                      bottom: int = 0) -> float:
+    """Rank ``top``'s supervised tokens (the last rank by default) over rank
+    ``bottom``'s, summed over the whole plan of ``world_size`` ranks."""
     from course_lib.core.data import make_plan
     from course_lib.course.api import corpus, load_config
 
     cfg = load_config().with_world_size(world_size)
     data = corpus(cfg)
     plan = make_plan(cfg, data, world_size)
+    top = world_size - 1 if top is None else top
     per_rank = [sum(len(data.sequences[i]) - 1 for window in plan
-                    for mb in window[r] for i in mb) for r in (0, world_size - 1)]
+                    for mb in window[r] for i in mb) for r in (bottom, top)]
     return per_rank[1] / per_rank[0]
 
 
@@ -321,24 +327,6 @@ def _length_count_factor(step: int) -> float:
     ids = [i for rank in window for mb in rank for i in mb]
     right = sum(len(data.sequences[i]) - 1 for i in ids)
     return right / (right + len(ids))
-
-
-# 04 the 12 -> 36 exercise: ddp_parity.3's run, rank 1 one token above rank 0,
-# written under runs/course/.
-_ONE_OFF = "exercise-12-13"
-
-
-def _exercise_verdict(folder: str, mode: str) -> str:
-    """'yes' when the run in runs/course/<folder> passed the gradient check
-    in ``mode`` (its first scenario)."""
-    from course_lib.jobs.exercise import ExerciseReport
-
-    out = paths.default_out("course") / folder
-    if not ExerciseReport.exists(out):
-        raise FileNotFoundError(tr("run the exercise's cell first: no {folder} report yet")
-                                .format(folder=folder))
-    scenario = ExerciseReport.load(out).scenarios[0]
-    return "yes" if getattr(scenario.gradients, mode).allclose else "no"
 
 
 LOSS_GAP_BANDS = ("under 0.05 nat", "0.05 to 0.3 nat", "over 0.3 nat")
@@ -378,30 +366,12 @@ def _overweighted(world_size: int) -> list[str]:
     return [f"rank {r}" for r, n in enumerate(counts) if n * world_size < sum(counts)]
 
 
-@cache
-def _window_tokens(world_size: int) -> tuple[int, int]:
-    """05: the parity window at this W, as (targets N, sequences R)."""
-    from course_lib.core.data import parity_window
-    from course_lib.course.api import corpus, load_config
-
-    cfg = load_config()
-    data = corpus(cfg)
-    ids = [i for rank in parity_window(cfg, data, world_size) for mb in rank for i in mb]
-    return sum(len(data.sequences[i]) - 1 for i in ids), len(ids)
-
-
 def _atol_to_pass(report) -> float:
     """04: the smallest atol, at the report's rtol, under which every sampled
     mean-of-means component passes allclose."""
     s = report.grad_sample
     return max(abs(m - r) - report.rtol * abs(r)
                for m, r in zip(s["mean_of_means"], s["reference"], strict=True))
-
-
-def _shift_scale(world_size: int) -> float:
-    """05: length_before_shift's uniform scale N / (N + R) on the parity window."""
-    n, r = _window_tokens(world_size)
-    return n / (n + r)
 
 
 @cache
@@ -553,11 +523,12 @@ QUESTIONS: dict[str, Question] = {
         "global mean that the gap asks for, then the count that gives it"),
     "mean_of_means.2": Question(
         "From the start position (12 tokens of loss 1, 36 of loss 3), raise W "
-        "to 3: rank 2 comes in with 24 tokens of loss 2. Predict the bias "
-        "(mean of means - global mean), then move the slider to check.",
-        "number", lambda: _explorer_bias(3),
-        "the mean of means weighs the three ranks alike; the global mean "
-        "weighs each by its share of the tokens"),
+        "to 3: rank 2 comes in with 24 tokens of loss 2. Rank 0 keeps its loss "
+        "of 1: how many tokens must it hold for the bias (mean of means - "
+        "global mean) to vanish? Derive it, then set the slider to check.",
+        "number", lambda: _explorer_balance(3),
+        "the counts do not move the mean of means; find the count that brings "
+        "the global mean to it"),
     "mean_of_means.3": Question(
         "Four ranks hold 4, 16, 30 and 50 tokens. Under the mean of means, one "
         "rank-0 token weighs how many times what it weighs under the global "
@@ -600,19 +571,21 @@ QUESTIONS: dict[str, Question] = {
         "rows times the widest row's number of targets"),
     "data_and_plan.3": Question(
         "Suppose N counted len(sequence) per sequence instead of its supervised "
-        "positions. On step 0's window (both ranks), by what factor would "
-        "every gradient be scaled? Compute it from the plan.", "number",
+        "positions. On step 0's window (both ranks), by what factor would the "
+        "global token mean, and so its gradient, be scaled? Compute it from "
+        "the plan.", "number",
         lambda: _length_count_factor(0),
         "the loss sums do not change, only N does; how many sequences "
         "does the window hold?"),
     "data_and_plan.4": Question(
         "With world_size = 4 the length range 16-128 splits into four even "
-        "bands. Over the whole plan, how many times rank 0's supervised tokens "
-        "does rank 3 hold? Estimate it from the bands (within 5% counts), then "
-        "set world_size = 4 in the parameters cell and run the chapter again.",
-        "number", lambda: _plan_token_ratio(4),
+        "bands. Over the whole plan, how many times rank 1's supervised tokens "
+        "does rank 2 hold? Estimate it from the bands before any run (within "
+        "5% counts); then set world_size = 4 in the parameters cell, run the "
+        "chapter again and compare.",
+        "number", lambda: _plan_token_ratio(4, top=2, bottom=1),
         "same number of sequences on every rank: compare a typical length of "
-        "the lowest band and of the highest", rel_tol=0.05),
+        "rank 1's band and of rank 2's", rel_tol=0.05),
     # 03 the global denominator
     "global_denominator.predict_factor": Question(
         "Every rank r backprops its loss sum times one factor c, the same on "
@@ -636,12 +609,13 @@ QUESTIONS: dict[str, Question] = {
         options=("SGD 0.5 and Adam 0.5", "SGD 0.5 and Adam 1",
                  "SGD 1 and Adam 0.5", "SGD 1 and Adam 1")),
     "global_denominator.1": Question(
-        "Four ranks hold 50, 100, 100 and 150 supervised tokens in a window. "
-        "Rank 0 cuts its 50 into two microbatches of 20 and 30 tokens. By what "
-        "factor does rank 0 multiply the loss sum of its first microbatch?",
-        "number", 0.01,
-        "one factor for every microbatch of every rank: it undoes DDP's "
-        "average over ranks, then divides by the whole window's count"),
+        "Three ranks share a window. Ranks 0 and 1 hold 300 and 500 supervised "
+        "tokens; rank 2 drew only padding (0 supervised tokens), yet it runs "
+        "its forwards and backwards and joins DDP's all-reduce. By what factor "
+        "must rank 0 multiply its loss sums?",
+        "number", 3 / 800,
+        "DDP divides by the number of processes in the all-reduce, whatever "
+        "they hold; N counts tokens, not ranks", rel_tol=1e-3),
     "global_denominator.2": Question(
         "Plain SGD with lr = 0.1 and weight_decay = 0.1 (torch adds "
         "weight_decay * w to the gradient before the step). One weight, w = 1.0, "
@@ -695,9 +669,9 @@ QUESTIONS: dict[str, Question] = {
         "solve the allclose inequality for atol, one component at a time: the "
         "worst component decides", rel_tol=0.05),
     "ddp_parity.3": Question(
-        "Rerun the 12 -> 36 experiment with rank 1 at 13 tokens, one more than "
-        "rank 0: does the mean of means pass the gradient check?", "choice",
-        lambda: _exercise_verdict(_ONE_OFF, "mean_of_means"),
+        "The 12 -> 36 experiment with rank 1 at 13 tokens, one more than rank "
+        "0: does the mean of means pass the gradient check? Decide from a "
+        "token's weights, then run it to see.", "choice", "no",
         "the check forgives rounding, not a change of weight: do a token's "
         "two weights still agree when the counts differ by one?",
         options=("yes", "no")),
@@ -712,13 +686,13 @@ QUESTIONS: dict[str, Question] = {
     "bug_lab.predict_no_sync_backward_only": Question(
         "On the uneven layout (rank 1 makes more microbatches than rank 0), "
         "no_sync() around the backward only: does the step give the right "
-        "gradient, a wrong gradient, or deadlock?", "choice", "deadlock",
+        "gradient, a wrong gradient, or hang?", "choice", "hang",
         "which microbatches sync when the forward runs outside no_sync()? Count "
         "each rank's all-reduces: one returns only when every rank has called it",
         options=UNEVEN_OUTCOMES),
     "bug_lab.predict_join_every_microbatch": Question(
         "The same layout, no no_sync() at all, and the loop wrapped in Join: "
-        "the right gradient, a wrong gradient, or deadlock?", "choice",
+        "the right gradient, a wrong gradient, or hang?", "choice",
         "wrong gradient",
         "once rank 0 is out of microbatches, it answers rank 1's all-reduces with "
         "zeros: does rank 0 ever receive rank 1's last microbatches?",
@@ -734,10 +708,13 @@ QUESTIONS: dict[str, Question] = {
         "the gradient is the right one times 1/W: which of these comparisons "
         "would see that factor move?", options=REFERENCE_FREE),
     "bug_lab.1": Question(
-        "At W = 4 the parity window holds other sequences. Read it with "
-        "parity_window(cfg, corpus, 4): by what factor does length_before_shift "
-        "scale the gradient there?", "number", lambda: _shift_scale(4),
-        "the same count as in the chapter, on the W = 4 window", rel_tol=1e-4),
+        "count_never_reset keeps its running count on the model, and trajectory "
+        "trains one model for 5 updates. If the first three windows held 2000, "
+        "2400 and 1600 supervised tokens, by what factor is the gradient of the "
+        "third update off the reference at the same weights?", "number",
+        1600 / (2000 + 2400 + 1600),
+        "write the N the step divides by at the third update, and the N the "
+        "rule divides by", rel_tol=1e-3),
     "bug_lab.2": Question(
         "pad_to_longest_rank at W = 4: re-batch parity_window(cfg, corpus, 4) "
         "with uneven_layout and the chapter's budget. How many empty "
@@ -748,15 +725,16 @@ QUESTIONS: dict[str, Question] = {
     "bug_lab.3": Question(
         "Log the loss as many training loops do: in your finished "
         "my_step_fixed, after each microbatch's backward, add "
-        "dist.all_reduce(s.detach().clone()). Audit it with every check: "
-        "which checks fail?", "choices", ("uneven_microbatches",),
+        "dist.all_reduce(s.detach().clone()). Audit it with every check (leave "
+        "the list out): which checks fail?", "choices", ("uneven_microbatches",),
         "the logged all-reduce changes no gradient: count the collectives each "
         "rank calls when the ranks make 3 and 6 microbatches",
         options=_check_names),
     "bug_lab.4": Question(
         "Join([model], divide_by_initial_world_size=False) divides each sync "
         "by the ranks still running instead of by W. Put your my_step_fixed's "
-        "loop, without no_sync(), inside that Join, audit it with "
+        "for loop, without no_sync(), inside that Join (the count's all-reduce "
+        "and the scaling stay after it), audit it with "
         "[\"uneven_microbatches\"], and project each rank's saved gradient on "
         "the reference as the chapter does. Derive it first from rank 0's "
         "scale: what is rank 1's scale?", "number", _join_alone_scale,
@@ -781,11 +759,13 @@ QUESTIONS: dict[str, Question] = {
         options=("weights_only", "no_optimizer_state", "sampler_from_seed",
                  "no_rng_state", "other Python RNG states")),
     "checkpoint_resume.1": Question(
-        "Set the model's dropout to 0 (dataclasses.replace on cfg.model), then "
-        "run stop_and_continuous and resume_check in a scratch folder: which "
+        "Set the model's dropout to 0 and SGD's momentum to 0 "
+        "(dataclasses.replace on cfg.model and cfg.train), then run "
+        "stop_and_continuous and resume_check in a scratch folder: which "
         "ablations still change the parameters at step 100?", "choices",
-        ("weights_only", "no_optimizer_state", "sampler_from_seed"),
-        "which piece of state did only the dropout masks read?",
+        ("weights_only", "sampler_from_seed"),
+        "which piece of state did only the dropout masks read, and which one "
+        "only the momentum? what does each ablation leave out?",
         options=("weights_only", "no_optimizer_state", "sampler_from_seed",
                  "no_rng_state")),
     "checkpoint_resume.2": Question(
@@ -824,13 +804,12 @@ QUESTIONS: dict[str, Question] = {
         "leave to the other symbols?",
         options=("spread shrinks", "spread stays about the same", "spread grows")),
     "evaluation.predict": Question(
-        "On 3 ranks, which ways of combining the ranks' numbers give the "
-        "one-process test loss, to float64 round-off?", "choices",
-        ("sums without the repeats",),
-        "which combination counts every test token once, and gives each the "
-        "same weight?",
-        options=("sums without the repeats", "sums with the repeats",
-                 "mean of rank means")),
+        "On 3 ranks, the one-process evaluation's 16,971 test tokens become "
+        "how many when the ranks' token counts are added with the sampler's "
+        "repeats kept?", "number",
+        lambda: _test_targets(256) + _test_targets(2),
+        "which positions does the sampler deal twice (the cell above), and "
+        "how many next-token targets does each of those sequences hold?"),
     "evaluation.predict_logging": Question(
         "On the skewed window (2 ranks, a Llama-class model, each framework "
         "with its defaults), which logged values equal the token mean?",
@@ -915,29 +894,32 @@ QUESTIONS: dict[str, Question] = {
         "count the labels before or after the shift?", options=_candidate_names),
     "framework_audit.3": Question(
         "my_trainer.py also defines make_mean_trainer, whose compute_loss "
-        "returns the model's own mean loss. Predict from the Trainer's lines "
-        "printed in this chapter, then audit it (uncomment the audit line): "
-        "which formula does its gradient match?", "choice",
-        _from("course_lib.jobs.frameworks:FrameworksReport",
-              lambda r: r.rows[0].matches, "audit-trainer-make_mean_trainer"),
-        "the override calls the model without num_items_in_batch: what does "
-        "the model return then? And does training_step still divide by M? "
-        "Run the audit to check.", options=_candidate_names),
+        "returns the model's own mean loss. Derive it from the Trainer's lines "
+        "printed in this chapter, before any audit: on W = 2 ranks, M = 2 "
+        "microbatches per rank and a window of N = 1,200 supervised tokens, a "
+        "token of a microbatch with n = 100 supervised tokens weighs how many "
+        "times 1/N (its weight under the token mean) in the gradient? Then "
+        "audit make_mean_trainer: its matches column names the formula to "
+        "confirm.", "number", 6.0,
+        "the override calls the model without num_items_in_batch, so the model "
+        "returns its own mean S / n. Does training_step still divide by M when "
+        "the model accepts loss kwargs and a count was made? And DDP averages "
+        "the W ranks.", rel_tol=1e-6),
     "framework_audit.4": Question(
         "transformers 5.24.0 documents a class attribute, "
-        "Trainer.loss_is_scaled_for_ga: True, training_step uses the loss of "
-        "compute_loss as it is; False, it divides it by the accumulation steps "
-        "M; None, the default, it decides as the lines printed in this chapter "
-        "do. Subclass MeanLossTrainer with loss_is_scaled_for_ga = False "
-        "(uncomment the lines), audit make_flagged_trainer, and name the "
-        "formula its gradient now matches. (A version without the attribute "
-        "ignores it: the audit shows what yours does.)", "choice",
-        _from("course_lib.jobs.frameworks:FrameworksReport",
-              lambda r: r.rows[0].matches, "audit-trainer-make_flagged_trainer"),
-        "the override's loss is the model's own mean over its microbatch; with "
-        "False, training_step divides it by M before the backward, and DDP "
-        "averages the ranks: which candidate weighs a token that way? Run the "
-        "audit to check.", options=_candidate_names),
+        "Trainer.loss_is_scaled_for_ga, that tells training_step whether the "
+        "loss compute_loss returns is already scaled for gradient accumulation; "
+        "None, the default, lets it decide as the lines printed in this chapter "
+        "do. Subclass MeanLossTrainer with loss_is_scaled_for_ga = False. Before "
+        "you audit it: on the same window as exercise 3 (W = 2, M = 2, "
+        "N = 1,200), a token of a microbatch with n = 200 supervised tokens "
+        "weighs how many times 1/N? Then audit make_flagged_trainer (uncomment "
+        "the lines) to confirm. (A version without the attribute ignores it: "
+        "the audit shows what yours does.)", "number", 1.5,
+        "False says the loss is not yet scaled for accumulation: what does "
+        "training_step then do to it before the backward? The model still "
+        "returns its own mean over its microbatch, and DDP averages the ranks.",
+        rel_tol=1e-6),
     # 09 choose the unit
     "choose_the_unit.predict": Question(
         "Under the sequence mean, on the parity window (rank 0's sequences drawn "
@@ -958,13 +940,23 @@ QUESTIONS: dict[str, Question] = {
         options=("penalty_every_microbatch", "penalty_times_world_size",
                  "penalty_on_rank_zero")),
     "choose_the_unit.predict_packed": Question(
-        "Packed rows of 128 tokens, the document objective: rows_as_documents, "
-        "the sequence rule run unchanged on the packed rows, each row one "
-        "sequence. Against the document objective's reference, does it pass "
-        "parity?", "choice", "fails parity",
-        "the rule gives each row one share, spread over the row's tokens: does "
-        "every document then get the same weight, when rows hold different "
-        "numbers of documents?", options=("passes parity", "fails parity")),
+        "Packed rows, rows_as_documents: the sequence rule run unchanged, each "
+        "row one sequence. One row holds a document alone, another four "
+        "documents of equal length. One of the four weighs what fraction of the "
+        "lone document?", "number", 1 / 4,
+        "each row gets one share, spread evenly over the row's tokens: what part "
+        "of its row's tokens does each document hold?", rel_tol=1e-6),
+    "choose_the_unit.predict_rl": Question(
+        "On the skewed window, against the advantage-weighted token mean: what "
+        "are TRL's grpo, dr_grpo and dapo (steps_per_generation = GA)?", "choice",
+        "grpo biased; dr_grpo scaled; dapo exact",
+        "which of them averages each completion first, which divides by a "
+        "number fixed in advance, and which counts the window's tokens?",
+        options=("grpo exact; dr_grpo exact; dapo exact",
+                 "grpo biased; dr_grpo scaled; dapo exact",
+                 "grpo scaled; dr_grpo exact; dapo biased",
+                 "grpo biased; dr_grpo exact; dapo scaled",
+                 "grpo exact; dr_grpo biased; dapo exact")),
     "choose_the_unit.1": Question(
         "W = 2, the sequence objective: rank 0 holds 18 sequences, rank 1 holds "
         "4. Each rank divides its sum of sequence means by its own count of "
@@ -988,16 +980,19 @@ QUESTIONS: dict[str, Question] = {
         "normalizers of the same loss sum", rel_tol=1e-9),
     "choose_the_unit.3": Question(
         "At PaLM's strength, zloss:0.0001, in float32: which checks catch "
-        "zloss_mean_per_microbatch? Audit it with every check (the skeleton in "
-        "this cell), then compare with the L2 penalties' verdicts.", "choices",
+        "zloss_mean_per_microbatch (its source below)? Predict first, from the "
+        "size of its wrong term against parity's tolerance and from what each "
+        "check varies; then audit it with every check (the skeleton in this "
+        "cell).", "choices",
         ("trajectory", "uneven_microbatches"),
         "audit it with objective='zloss:0.0001' and every check; a small term "
         "hides inside one gradient's rounding: which checks look further?",
         options=_check_names),
     "choose_the_unit.4": Question(
-        "TRL's dapo with steps_per_generation = 2 GA: each optimizer step divides "
-        "its loss sum by half the generation batch's tokens. The two steps of "
-        "one generation batch train 300 and 500 tokens. Step 1's gradient is "
+        "TRL's dapo divides each optimizer step's loss sum by the generation "
+        "batch's token count times GA / steps_per_generation. With "
+        "steps_per_generation = 2 GA, the two steps of one generation batch "
+        "train 300 and 500 tokens. Step 1's gradient is "
         "its own token mean's times what factor? (Then work out step 2's: over "
         "the two steps, which tokens count more?)", "number", 300 / 400,
         "the generation batch holds both steps' tokens: what does step 1 divide "
@@ -1026,9 +1021,8 @@ QUESTIONS: dict[str, Question] = {
                  "the right update")),
     "capstone.1": Question(
         "A window on 4 ranks holds 30, 10, 50 and 10 supervised tokens, and the "
-        "step trains the mean of rank means. The tokens of some ranks then "
-        "weigh more than the token mean's 1/N: which ranks, and by what factor "
-        "does the heaviest token exceed 1/N?", "number", (1 / (4 * 10)) / (1 / 100),
+        "step trains the mean of rank means. By what factor does the heaviest "
+        "token then exceed the token mean's 1/N?", "number", (1 / (4 * 10)) / (1 / 100),
         "every rank gets the same share of the whole weight, whatever its "
         "token count: which ranks hold fewer tokens than their share?",
         rel_tol=1e-6),
@@ -1053,9 +1047,11 @@ QUESTIONS: dict[str, Question] = {
         options=("parity", "trajectory", "accumulation_invariance",
                  "permutation_invariance", "no_sync")),
     "capstone.5": Question(
-        "W = 3: rank 2's window is empty, ranks 0 and 1 hold the same number "
-        "of tokens. The mean of means' gradient is what fraction of the right "
-        "one?", "number", 2 / 3,
-        "DDP still averages over every rank, the empty one included; the "
-        "token mean divides by the tokens only"),
+        "W = 3, the mean of rank means: rank 2's window is empty, ranks 0 and 1 "
+        "hold 100 and 300 supervised tokens. A token of rank 1 weighs what "
+        "fraction of the token mean's 1/N? (Then a token of rank 0: is the "
+        "update a scale of the right one, or a bias?)", "number", 4 / 9,
+        "DDP still averages over every rank, the empty one included: what share "
+        "of the whole weight does rank 1 get, and how many tokens share it?",
+        rel_tol=1e-3),
 }

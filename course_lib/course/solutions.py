@@ -48,9 +48,12 @@ REASONING: dict[str, str] = {
         "negative: the mean of means leans toward the small rank's loss, here "
         "the larger one.",
     "mean_of_means.2":
-        "The mean of means weighs the three ranks alike: (1 + 3 + 2) / 3 = 2. The "
-        "global mean weighs them by their tokens: (12 + 108 + 48) / 72 = 7/3, so "
-        "the bias is 2 - 7/3 = -1/3.",
+        "The mean of means weighs the three ranks alike: (1 + 3 + 2) / 3 = 2, "
+        "whatever the counts. With n tokens on rank 0 the global mean is "
+        "(n + 108 + 48) / (n + 60); it equals 2 when n + 156 = 2n + 120, so "
+        "n = 36. Rank 2's tokens already sit at 2, so rank 0's tokens of loss 1 "
+        "must balance rank 1's tokens of loss 3: the ranks still hold 36, 36 "
+        "and 24 tokens, and the bias hides.",
     "mean_of_means.3":
         "A rank-0 token weighs 1 / (W N_0) = 1/16 under the mean of means and "
         "1 / N = 1/100 under the global mean: N / (W N_0) = 100 / 16 = 6.25. A "
@@ -83,14 +86,16 @@ REASONING: dict[str, str] = {
         "make 87 label cells, of which only 9 + 19 + 29 = 57 are supervised.",
     "data_and_plan.3":
         "Counting len(sequence) adds one to N per sequence while the loss sums "
-        "stay, so every gradient scales by N / (N + R), with R the 32 sequences "
+        "stay, so the token mean, and every gradient with it, scales by "
+        "N / (N + R), with R the 32 sequences "
         "of step 0's window: 2283 / 2315. The factor holds within this window "
         "only; the next window has another N, hence another factor.",
     "data_and_plan.4":
-        "The bands are 16-43 and 100-128 for ranks 0 and 3. Every rank draws as "
-        "many sequences, so the ratio is that of typical targets: about 113 "
-        "against 28.5, close to 4. The plan's exact sums give 3.885: the more "
-        "ranks share the length range, the larger the skew between its ends.",
+        "The bands are 44-71 and 72-99 for ranks 1 and 2. Every rank draws as "
+        "many sequences, so the ratio is that of typical targets: about 84.5 "
+        "against 56.5, close to 1.5. The plan's exact sums give 1.490 (the "
+        "rerun prints 2.913 and 1.955 against rank 0), less than the ends' "
+        "3.885: neighbouring bands differ less.",
     # 03 global denominator
     "global_denominator.predict_factor":
         "DDP's average of the ranks' gradients is (1 / W) sum_r c grad S_r, and "
@@ -104,10 +109,11 @@ REASONING: dict[str, str] = {
         "gradient halves m and sqrt(v) alike, and only Adam's small epsilon "
         "keeps the ratio from being exactly 1.",
     "global_denominator.1":
-        "N is the whole window's count over all ranks, 50 + 100 + 100 + 150 = "
-        "400, and every microbatch of every rank uses the same factor W / N = "
-        "4 / 400 = 0.01: neither the microbatch's 20 tokens nor the rank's 50 "
-        "enter it. DDP's mean over 4 ranks then leaves sum S_r / 400.",
+        "The empty rank still joins the all-reduce, so DDP still divides by W "
+        "= 3; N = 300 + 500 + 0 = 800. The factor is W / N = 3 / 800 = "
+        "0.00375: DDP's average, (1 / 3) (3 / 800) (grad S_0 + grad S_1 + 0), "
+        "is grad (S_0 + S_1) / 800. Taking W = 2, the ranks that hold "
+        "tokens, would make every gradient two thirds of the right one.",
     "global_denominator.2":
         "SGD moves w by lr * (g + weight_decay * w): under the rule 0.1 * (0.5 + "
         "0.1) = 0.06. With the trap the gradient halves but the decay term does "
@@ -150,9 +156,10 @@ REASONING: dict[str, str] = {
         "sampled component needs atol >= |err| - rtol * |ref|; the worst "
         "component sets the smallest atol.",
     "ddp_parity.3":
-        "No. With 12 and 13 tokens, the mean of means weighs a rank-0 token "
-        "1/24 instead of 1/25: a 4% change of weight, far above what the check "
-        "forgives as rounding.",
+        "No. With 12 and 13 tokens N = 25, and the mean of means weighs a "
+        "rank-0 token 1/24 and a rank-1 token 1/26 instead of 1/25: a 4% change "
+        "of weight, far above what the check forgives as rounding. The run "
+        "agrees: allclose=False.",
     "ddp_parity.4":
         "1, the gradient does not change: W becomes 3 but N stays 48, since the "
         "third rank adds no token, so rank 2 backprops a zero gradient (its "
@@ -163,11 +170,12 @@ REASONING: dict[str, str] = {
         "give 2/3 of it.",
     # 05 bug lab
     "bug_lab.predict_no_sync_backward_only":
-        "A deadlock: a forward outside no_sync() arms DDP's sync, so every "
+        "A hang: a forward outside no_sync() arms DDP's sync, so every "
         "microbatch all-reduces its gradients: rank 0 calls 3 all-reduces, rank "
         "1 calls 6. An all-reduce returns only when every rank has called it, and "
-        "rank 0, out of microbatches, never calls a fourth: rank 1 waits in it for "
-        "ever. uneven_microbatches stops it after 10 s and names rank 1.",
+        "rank 0, out of microbatches, never calls a fourth: rank 1 waits in it, "
+        "alone (in a training loop rank 0's next collective would pair with it, a "
+        "mismatch); uneven_microbatches stops it after 10 s and names rank 1.",
     "bug_lab.predict_join_every_microbatch":
         "A wrong gradient, and no hang: Join lets rank 0, out of microbatches, "
         "answer rank 1's last three all-reduces with zeros. But rank 0 keeps what "
@@ -185,9 +193,10 @@ REASONING: dict[str, str] = {
         "world_size_invariance runs W = 1, 2 and 4, where the factor is 1, 1/2 "
         "and 1/4.",
     "bug_lab.1":
-        "Counting lengths before the shift adds one label per sequence: N' = N + "
-        "R on the W = 4 window, with its own N and R, and the gradient scales by "
-        "N / (N + R).",
+        "The running count at the third update is every token seen so far, "
+        "2000 + 2400 + 1600 = 6000, where the rule divides by the window's own "
+        "1600: the gradient is 1600 / 6000 = 0.267 of the reference's. (The "
+        "first update is right: 2000 / 2000.)",
     "bug_lab.2":
         "Every rank runs as many microbatches as the longest one. At W = 4, "
         "re-batched by 384 padded tokens, the ranks make 2, 4, 5 and 6 "
@@ -222,9 +231,13 @@ REASONING: dict[str, str] = {
         "draws from Python's random (the sampler has its own generator), so "
         "other Python RNG states leave step 100 bit for bit the same.",
     "checkpoint_resume.1":
-        "Without dropout nothing after step 50 draws from the RNG states, so "
-        "no_rng_state no longer changes anything; the momentum and the order of "
-        "the windows still do.",
+        "Without dropout nothing after step 50 draws from the torch "
+        "generators, so no_rng_state changes nothing; with momentum 0 SGD keeps "
+        "no buffers (optimizer.pt holds no state to restore), so "
+        "no_optimizer_state changes nothing either. The order of the windows "
+        "still matters: sampler_from_seed replays windows 0, 1, ..., and "
+        "weights_only restarts the sampler too (measured: both differ by "
+        "0.035, the other two are bit for bit the continuous run).",
     "checkpoint_resume.2":
         "The re-seeded sampler starts its order over: updates 51 to 75 draw "
         "windows 0 to 24, and the checkpoint at step 75 saves that sampler as it "
@@ -249,11 +262,12 @@ REASONING: dict[str, str] = {
         "paying a large -log p_j. The knowledge term grows faster, so the loss, "
         "their difference, falls.",
     "evaluation.predict":
-        "Only the sums with the repeats dropped count every test token once with "
-        "the same weight, and a sum does not depend on how the sequences were "
-        "split: it equals the one-process value to float64 round-off. Keeping "
-        "the repeats counts two sequences twice; the mean of rank means weighs a "
-        "token by 1 / (W N_r).",
+        "The sampler pads 256 to 258 with positions 0 and 1, so the sums with "
+        "the repeats count those two sequences' targets twice: 16,971 plus the "
+        "L - 1 targets of test sequences 0 and 1 (95 together), 17,066. Only the "
+        "sums with the repeats dropped count every test token once with the "
+        "same weight, and they equal the one-process value to float64 "
+        "round-off; the mean of rank means weighs a token by 1 / (W N_r).",
     "evaluation.predict_logging":
         "Only the Trainer's training loss: with average_tokens_across_devices "
         "each rank holds W S_r / N, and the mean over ranks is S / N. eval_loss "
@@ -312,17 +326,21 @@ REASONING: dict[str, str] = {
         "divides by its own count: a mean of rank means. And 4.50 counts the "
         "labels before the shift.",
     "framework_audit.3":
-        "Mean of microbatch means without 1/M: the override calls the model "
-        "without num_items_in_batch, so each microbatch returns its own mean S / n, "
-        "and training_step, seeing a model that accepts loss kwargs and a count, "
-        "takes the loss as already divided by N and skips the division by M.",
+        "6: the override calls the model without num_items_in_batch, so each "
+        "microbatch returns its own mean S / n; training_step, seeing a model that "
+        "accepts loss kwargs and a count, takes the loss as already divided by N "
+        "and skips the division by M; DDP averages the W ranks: S / (W n), and a "
+        "token weighs 1 / (W n) = 1 / 200 = 6 / 1200. The audit names the formula: "
+        "mean of microbatch means without 1/M.",
     "framework_audit.4":
-        "Mean of microbatch means: with loss_is_scaled_for_ga = False, "
-        "training_step divides the model's own mean S / n by M before the "
-        "backward, and DDP averages the ranks, S / (W M n). The attribute restores "
-        "the missing 1/M of exercise 3, not the token mean: every microbatch still "
-        "weighs the same whatever its token count (a version without the attribute "
-        "ignores it, and its run shows exercise 3's formula).",
+        "1.5: with loss_is_scaled_for_ga = False, training_step divides the model's "
+        "own mean S / n by M before the backward, and DDP averages the ranks: "
+        "S / (W M n), and a token weighs 1 / (2 x 2 x 200) = 1 / 800 = 1.5 / 1200 "
+        "(the audit: mean of microbatch means). The attribute restores the missing "
+        "1/M of exercise 3, not the token mean: a token of a 100-token microbatch "
+        "weighs 3 / N, so the weight still depends on its microbatch's count (a "
+        "version without the attribute ignores it, and its run shows exercise 3's "
+        "formula).",
     # 09 choose the unit
     "choose_the_unit.predict":
         "Under the sequence mean each of the K sequences gets the same total "
@@ -336,11 +354,19 @@ REASONING: dict[str, str] = {
         "only and divided by W in DDP's mean): only a reference, parity, sees "
         "them.",
     "choose_the_unit.predict_packed":
-        "It fails parity. The sequence rule gives every row the same weight, spread over "
-        "the row's tokens, so a document weighs its share of its row's tokens. "
-        "The packed rows hold from 1 to 4 documents, so a document alone in its "
-        "row weighs more than one that shares it; on rows of one sequence the "
-        "same rule is exact, as the sequence objective's audit showed.",
+        "A quarter, 0.25. The sequence rule gives every row the same weight, "
+        "spread evenly over the row's tokens, so a document weighs its part of "
+        "its row's tokens: all of it alone, a quarter of it among four equal "
+        "documents, where the document objective gives both the same weight. "
+        "The packed rows hold from 1 to 4 documents, so rows_as_documents fails "
+        "parity; on rows of one sequence the same rule is exact, as the sequence "
+        "objective's audit showed.",
+    "choose_the_unit.predict_rl":
+        "grpo averages each completion's tokens, then the completions: the "
+        "sequence mean, biased for the token mean when the completions' lengths "
+        "differ. dr_grpo divides the sum by a constant: every token weighs the "
+        "same, times N / C, a scale. dapo divides by the window's token count, "
+        "all-reduced: exact while steps_per_generation = GA.",
     "choose_the_unit.1":
         "The sequence mean gives every sequence 1 / K = 1/22. Divided by its "
         "rank's own count, a rank-1 sequence gets 1/4, and DDP's mean over W = 2 "
@@ -401,9 +427,11 @@ REASONING: dict[str, str] = {
         "and trajectory see the scale, accumulation_invariance sees M change; "
         "permutation and no_sync hold.",
     "capstone.5":
-        "DDP averages over all 3 ranks, the empty one adding a zero, so the mean "
-        "of means is (S_0 / n + S_1 / n) / 3; the token mean is (S_0 + S_1) / (2 "
-        "n): a ratio of 2/3.",
+        "DDP averages over all 3 ranks, the empty one adding a zero gradient, so "
+        "the mean of means is (S_0 / 100 + S_1 / 300) / 3: a rank-1 token weighs "
+        "1/900 against the token mean's 1/400, 4/9 = 0.444; a rank-0 token "
+        "weighs 1/300, 4/3 of 1/400. The ranks' tokens no longer weigh the same: "
+        "a bias, not a scale (with equal counts it would be the scale 2/3).",
 }
 
 

@@ -148,6 +148,33 @@ class Matrix(Committed):
     def measured(self) -> list[MatrixRow]:
         return [r for r in self.rows if r.verdict != Verdict.NOT_RUN]
 
+    def describe(self, framework: str = "hf") -> str:
+        """One framework's measured rows as a table (version, model, the flag
+        ``average_tokens_across_devices``, the formula matched); consecutive
+        versions with the same rows share one line of versions."""
+        by_version: dict[str, list[tuple[str, str, str]]] = {}
+        for r in self.measured:
+            if r.framework != framework:
+                continue
+            seen = r.matches or ""
+            if r.verdict == Verdict.RANKS_DISAGREE:
+                seen = f"ranks disagree ({seen})"
+            flag = str(r.flags.get("average_tokens_across_devices", "-"))
+            by_version.setdefault(r.version or "-", []).append((r.model, flag, seen))
+        groups: list[tuple[list[str], list[tuple[str, str, str]]]] = []
+        for version, found in by_version.items():
+            if groups and groups[-1][1] == found:
+                groups[-1][0].append(version)
+            else:
+                groups.append(([version], found))
+        lines = [f"{'versions':<16} {'model':<6} {'flag':<6} gradient matches"]
+        for versions, found in groups:
+            shown = "-".join(dict.fromkeys([versions[0], versions[-1]]))
+            for model, flag, seen in found:
+                lines.append(f"{shown:<16} {model:<6} {flag:<6} {seen}")
+                shown = ""
+        return "\n".join(lines)
+
 
 # --- in the launch -------------------------------------------------------------------
 
