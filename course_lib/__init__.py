@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "flat_grad": "course_lib.core.reference:flat_grad",
     "reference_gradient": "course_lib.core.reference:reference_gradient",
     "err_bound": "course_lib.reports.numbers:err_bound",
+    "normalize": "course_lib.core.normalize",
     # 04 DDP parity
     "reference": "course_lib.course.api:single_process_reference",
     "objectives": "course_lib.core.objectives",

@@ -51,14 +51,15 @@ parser.add_argument("--config", default=str(config_path("minimum")))
 parser.add_argument("--json", default=os.environ.get("BY_HAND_JSON"))
 args = parser.parse_args()
 
-# --- join the job: torchrun set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* -----
+# --- join the job: torchrun set RANK, WORLD_SIZE, LOCAL_*, MASTER_* --------
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local_rank = int(os.environ["LOCAL_RANK"])
 nccl = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
 device = torch.device("cuda", local_rank) if nccl else torch.device("cpu")
 if nccl:
     torch.cuda.set_device(device)
-dist.init_process_group("nccl" if nccl else "gloo")  # reads the variables above
+# env:// reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; never LOCAL_*
+dist.init_process_group("nccl" if nccl else "gloo")
 torch.set_num_threads(1)  # one core per rank
 
 # --- data: this rank's share of the parity window, as (inputs, labels) -------

@@ -497,6 +497,17 @@ def _test_targets(count: int) -> int:
     return sum(len(data.sequences[i]) - 1 for i in data.splits["test"][:count])
 
 
+def _drop_last_targets(world_size: int) -> int:
+    """07: the next-token targets DistributedSampler(drop_last=True) hands
+    the ranks of the test split, all together."""
+    from course_lib.course.api import corpus, load_config
+
+    data = corpus(load_config())
+    test = data.splits["test"]
+    kept = len(test) // world_size * world_size  # the tail it drops
+    return sum(len(data.sequences[i]) - 1 for i in test[:kept])
+
+
 def _shard_size(world_size: int) -> int:
     """07: the sequences DistributedSampler hands each rank of the test split."""
     from course_lib.course.api import corpus, load_config
@@ -558,6 +569,13 @@ QUESTIONS: dict[str, Question] = {
         "10% counts)", "number", _plan_token_ratio,
         "same number of sequences on both ranks: compare a typical length "
         "of each band", rel_tol=0.1),
+    "data_and_plan.predict_labels": Question(
+        "The miniature batch [7, 4, 9] and [5, 2] goes through data.collate. "
+        "What is the shape of its labels (rows x columns), and how many of "
+        "their cells are supervised tokens?", "choice", "2 x 2 and 3",
+        "each label is the next token: which position of a row has none? "
+        "Count the targets of each row, then pad to the longer one",
+        options=("2 x 3 and 5", "2 x 3 and 3", "2 x 2 and 4", "2 x 2 and 3")),
     "data_and_plan.1": Question(
         "Step 0's window, with a made-up loss: every supervised token of rank 0 "
         "has loss 2.0, every token of rank 1 has loss 1.0. What is the mean of "
@@ -678,10 +696,13 @@ QUESTIONS: dict[str, Question] = {
     "ddp_parity.4": Question(
         "A third rank joins the skewed scenario (12 and 36 tokens), but its "
         "microbatch holds no supervised token (all prompt); it runs its forward "
-        "and backward like the others. Under the token rule W * S_r / N, by what "
-        "factor does the gradient every rank holds change?", "number", 1.0,
-        "write what DDP averages: each rank's gradient of W * S_r / N, summed "
-        "and divided by W. Which of W, N and the S_r change?", rel_tol=1e-3),
+        "and backward like the others. Under the mean of means it backprops S_2 "
+        "/ N_2 = 0 / 0, a NaN loss. After DDP's sync, the gradient every rank "
+        "holds is what multiple of the two-rank mean of means' gradient?",
+        "choice", "2/3",
+        "the loss is NaN, but what does rank 2's .grad hold? Run the commented "
+        "lines; then write what DDP sums and what it divides by",
+        options=("NaN", "0", "2/3", "1")),
     # 05 the bug lab
     "bug_lab.predict_no_sync_backward_only": Question(
         "On the uneven layout (rank 1 makes more microbatches than rank 0), "
@@ -836,13 +857,13 @@ QUESTIONS: dict[str, Question] = {
         "what does on_step with sync_dist do with the ranks' values, and what is "
         "each rank's value here?", rel_tol=1e-4),
     "evaluation.3": Question(
-        "A logger divides the summed loss of the first 128 test sequences "
-        "(corpus.splits['test'][:128]) by the sum of their lengths L instead "
-        "of their L - 1 targets; the summed loss itself is the same. What is "
-        "the ratio of its loss per token to the true one?", "number",
-        lambda: _test_targets(128) / (_test_targets(128) + 128),
-        "count both denominators from the corpus: how many more tokens does "
-        "counting L add, per sequence?", rel_tol=1e-5),
+        "Evaluate the test split on 3 ranks with "
+        "DistributedSampler(..., drop_last=True) instead of the default: how "
+        "many test tokens do the ranks' token counts add up to?", "number",
+        lambda: _drop_last_targets(3),
+        "list each rank's positions with drop_last=True, as the cell that "
+        "printed them did: which sequence does no rank get, and how many "
+        "next-token targets does it hold?", rel_tol=1e-5),
     "evaluation.4": Question(
         "A model that ignores the current token and always predicts the "
         "source's stationary distribution (corpus.source.stationary): what is "
@@ -1034,9 +1055,11 @@ QUESTIONS: dict[str, Question] = {
         "the token mean gives every token of both windows 1 / 100: what does "
         "each window divide by instead?", rel_tol=1e-6),
     "capstone.3": Question(
-        "An evaluation of 1,001 sequences on 8 ranks with DistributedSampler "
-        "(drop_last=False): how many sequences does it score twice?", "number",
-        _repeats(1001, 8), "the sampler pads the list until 8 divides it"),
+        "To stop DistributedSampler scoring some sequences twice, a colleague "
+        "sets drop_last=True. The test split holds 1,015 sequences, on 8 "
+        "ranks: how many does each evaluation now never score?", "number",
+        1015 % 8, "drop_last=True trims the list down to a multiple of 8 "
+        "instead of padding it up"),
     "capstone.4": Question(
         "In a copy of the script, fix only step's count: N as the supervised "
         "labels, all-reduced over the ranks, the rest of step as it is. Grade it: "

@@ -75,6 +75,11 @@ REASONING: dict[str, str] = {
         "Both ranks draw as many sequences, so the ratio is that of their typical "
         "targets: about 96 in the band 65-128 against about 39 in 16-64, close to "
         "2.5; the plan's exact sums give the answer.",
+    "data_and_plan.predict_labels":
+        "Each label is the next token, so the last token of a row has no label: "
+        "[7, 4, 9] gives the targets [4, 9] and [5, 2] gives [2]. The rows are "
+        "padded to the longer one, 2 targets: labels of shape 2 x 2, whose one "
+        "padded cell holds IGNORE_INDEX, so 3 supervised tokens.",
     "data_and_plan.1":
         "Step 0 holds 721 supervised tokens on rank 0 and 1562 on rank 1, 2283 "
         "in all; the mean of means gives each rank half, (2 + 1) / 2 = 1.5, while "
@@ -161,13 +166,13 @@ REASONING: dict[str, str] = {
         "of weight, far above what the check forgives as rounding. The run "
         "agrees: allclose=False.",
     "ddp_parity.4":
-        "1, the gradient does not change: W becomes 3 but N stays 48, since the "
-        "third rank adds no token, so rank 2 backprops a zero gradient (its "
-        "backward still runs, so its all-reduce is there for the others). Ranks 0 "
-        "and 1 backprop 3 S_r / 48 and DDP divides the sum by 3: (3 S_0 / 48 + 3 "
-        "S_1 / 48 + 0) / 3 = (S_0 + S_1) / 48, the two-rank gradient. The rule "
-        "weighs tokens and the new rank has none; a loss that kept W = 2 would "
-        "give 2/3 of it.",
+        "2/3: rank 2's loss is 0 / 0 = NaN, yet its gradient is exactly zero, "
+        "since cross_entropy's backward writes 0 for every ignored label without "
+        "multiplying by 1 / N_2 (checked on the course's model: no component "
+        "non-zero, none NaN). DDP still divides by W = 3, so every rank holds "
+        "(grad S_0 / 12 + grad S_1 / 36 + 0) / 3, two thirds of the two-rank "
+        "(grad S_0 / 12 + grad S_1 / 36) / 2, while a log of the mean loss shows "
+        "NaN. The token rule, W * S_r / N, is unchanged (N stays 48, W cancels).",
     # 05 bug lab
     "bug_lab.predict_no_sync_backward_only":
         "A hang: a forward outside no_sync() arms DDP's sync, so every "
@@ -288,10 +293,12 @@ REASONING: dict[str, str] = {
         "so the mean of rank means weighs each of them more, and it misses the "
         "window's logged token mean by about 2%.",
     "evaluation.3":
-        "The summed loss is unchanged and the denominator gains one token per "
-        "sequence: with T the sum of (length - 1) over those 128 sequences, the "
-        "ratio is T / (T + 128), about 0.986, so the logged loss per token is "
-        "about 1.4% too small.",
+        "With drop_last=True the sampler cuts the list down to a multiple of "
+        "W instead of padding it: 3 * 85 = 255 positions, so the last test "
+        "sequence (position 255) goes to no rank and nothing repeats. The "
+        "ranks' counts add up to the 16,971 targets less that sequence's "
+        "L - 1 = 109: 16,862. Adding the sums is then exact over the "
+        "sequences scored, but it is no longer the whole test split.",
     "evaluation.4":
         "Every target is distributed as pi (the sequences start from it), and "
         "the model predicts pi, so its expected loss is the entropy of pi, "
@@ -379,10 +386,14 @@ REASONING: dict[str, str] = {
         "C is 131,072 / 32,768 = 4 times the right update, at every step: a "
         "learning rate 4 times too large for SGD.",
     "choose_the_unit.3":
-        "At 1e-4 the z term's wrong normalization moves one gradient less than "
-        "float32's parity tolerance; the trajectory compounds it over updates, and "
-        "the uneven microbatches (1 to 6 sequences) weigh the per-microbatch means "
-        "far apart.",
+        "At 1e-4 the z term's misweighting moves the parity window's gradient "
+        "by 1.3e-6, inside float32's tolerance (atol 1e-6 + rtol 1e-4 x "
+        "|reference|). trajectory draws a new window from the sampler at each of "
+        "its 5 updates, with other microbatch sizes, and on some of them the "
+        "error crosses the tolerance: with the weights frozen (lr 1e-9) it still "
+        "fails, so the windows do it, not the updates. uneven_microbatches "
+        "re-batches the window by a token budget, into microbatches of very "
+        "different sizes, whose per-microbatch means weigh far apart.",
     "choose_the_unit.4":
         "The generation batch holds 300 + 500 = 800 tokens, and each step divides "
         "by half of them, 400; step 1's own token mean divides by 300. The factor "
@@ -419,8 +430,10 @@ REASONING: dict[str, str] = {
         "second-window token weighs 120 / 200 = 0.6 of a first-window one: over "
         "a run, the padding reweights the windows.",
     "capstone.3":
-        "The sampler pads 1,001 up to 1,008 = 8 * 126 with the first 7 "
-        "indices: 7 sequences scored twice.",
+        "drop_last=True trims 1,015 down to 1,008 = 8 * 126 instead of padding "
+        "it up to 1,016 (1 repeat): 7 sequences are never scored, and with "
+        "shuffle=True a different 7 each epoch: 1 repeat traded for 7 "
+        "missing sequences.",
     "capstone.4":
         "Dividing by the global N but not multiplying by W, then again by the "
         "microbatches, leaves a factor 1 / (W M), the same on every rank: parity "

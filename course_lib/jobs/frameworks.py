@@ -151,27 +151,39 @@ class Matrix(Committed):
     def describe(self, framework: str = "hf") -> str:
         """One framework's measured rows as a table (version, model, the flag
         ``average_tokens_across_devices``, the formula matched); consecutive
-        versions with the same rows share one line of versions."""
-        by_version: dict[str, list[tuple[str, str, str]]] = {}
+        versions with the same rows share one line of versions. For another
+        framework than ``hf``, a column gives the transformers it ran on, and
+        the flag column its configuration ("default": none set)."""
+        hf = framework == "hf"
+        by_version: dict[str, list[tuple[str, str, str, str]]] = {}
         for r in self.measured:
             if r.framework != framework:
                 continue
             seen = r.matches or ""
             if r.verdict == Verdict.RANKS_DISAGREE:
                 seen = f"ranks disagree ({seen})"
-            flag = str(r.flags.get("average_tokens_across_devices", "-"))
-            by_version.setdefault(r.version or "-", []).append((r.model, flag, seen))
-        groups: list[tuple[list[str], list[tuple[str, str, str]]]] = []
+            if hf:
+                flag = str(r.flags.get("average_tokens_across_devices", "-"))
+            else:
+                flag = ",".join(f"{k}={v}" for k, v in r.flags.items()) or "default"
+            stack = "" if hf else r.stack.get("transformers", "-")
+            by_version.setdefault(r.version or "-", []).append(
+                (stack, r.model, flag, seen))
+        groups: list[tuple[list[str], list[tuple[str, str, str, str]]]] = []
         for version, found in by_version.items():
             if groups and groups[-1][1] == found:
                 groups[-1][0].append(version)
             else:
                 groups.append(([version], found))
-        lines = [f"{'versions':<16} {'model':<6} {'flag':<6} gradient matches"]
+        flags = max([6, *(len(f[2]) for _, found in groups for f in found)])
+        stacks = "" if hf else f"{'transformers':<13}"
+        lines = [f"{'versions':<16} {stacks}{'model':<6} {'flag':<{flags}} "
+                 "gradient matches"]
         for versions, found in groups:
             shown = "-".join(dict.fromkeys([versions[0], versions[-1]]))
-            for model, flag, seen in found:
-                lines.append(f"{shown:<16} {model:<6} {flag:<6} {seen}")
+            for stack, model, flag, seen in found:
+                tf = "" if hf else f"{stack:<13}"
+                lines.append(f"{shown:<16} {tf}{model:<6} {flag:<{flags}} {seen}")
                 shown = ""
         return "\n".join(lines)
 

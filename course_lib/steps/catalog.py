@@ -173,8 +173,9 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
     info(first_microbatch_only, "bug", "N counted on the first microbatch only",
           "the other microbatches' tokens are missing from N: the gradient is too big"),
     info(no_sync_backward_only, "bug", "no_sync() wraps the backward only",
-          "DDP arms its hooks in forward, so every microbatch syncs: the gradient "
-          "is right (averaging is linear) but the communication is wasted"),
+          "DDP arms its hooks in forward, so every microbatch syncs: on even ranks "
+          "the gradient is right (averaging is linear) but the communication is "
+          "wasted; uneven ranks hang"),
     info(join_every_microbatch, "bug", "Join around a loop that syncs every microbatch",
           "a rank that ran out shadows the syncs with zeros, and what was synced "
           "before is averaged again: no hang, a wrong gradient"),
