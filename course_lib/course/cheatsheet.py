@@ -15,8 +15,6 @@ when that run is absent, then writes:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +22,12 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from course_lib.core import objectives, paths
-from course_lib.course import plots
+from course_lib.course import docs_page, plots
+from course_lib.course.docs_page import DocsPage
 from course_lib.course.style import COLORS
 from course_lib.jobs.audit import BugsReport
-from course_lib.reports.store import to_json
 
-RUN_NAME = "course"  # the chapters' run, where chapter 05 writes bugs.json
+RUN_NAME = docs_page.RUN_NAME  # the chapters' run, where chapter 05 writes bugs.json
 OWN_RUN = "cheatsheet"  # where the sheet runs the catalog when that run is absent
 
 
@@ -78,34 +76,22 @@ for i, (inputs, labels) in enumerate(microbatches):
         (s * world_size / n).backward()"""
 
 
-def snapshot_path() -> Path:
-    return paths.project_root() / "docs" / "cheatsheet-bugs.json"
-
-
-def markdown_path() -> Path:
-    return paths.project_root() / "docs" / "cheatsheet.md"
+PAGE: DocsPage[BugsReport] = DocsPage(BugsReport, "cheatsheet-bugs.json", "cheatsheet.md",
+                                      "05", OWN_RUN)
+snapshot_path, markdown_path, committed = PAGE.snapshot_path, PAGE.markdown_path, PAGE.committed
 
 
 def png_path() -> Path:
     return paths.project_root() / "docs" / "cheatsheet.png"
 
 
-def committed() -> BugsReport:
-    return BugsReport.from_dict(json.loads(snapshot_path().read_text()))
-
-
 def measure() -> tuple[BugsReport, str]:
     """The course's bug catalog (token mean), and where it came from."""
-    course = paths.default_out(RUN_NAME)
-    if BugsReport.exists(course):
-        found = BugsReport.load(course)
-        if found.objective == objectives.DEFAULT:
-            return found, f"runs/{RUN_NAME}/reports/bugs.json (chapter 05's run)"
     from course_lib.course.api import load_config
     from course_lib.jobs.audit import bugs
 
-    return bugs(load_config(), paths.default_out(OWN_RUN)), \
-        f"runs/{OWN_RUN}/reports/bugs.json (run now)"
+    return PAGE.measure(lambda found: found.objective == objectives.DEFAULT,
+                        lambda out: bugs(load_config(), out))
 
 
 def _caught(report: BugsReport, step: str) -> str:
@@ -195,33 +181,20 @@ def figure(report: BugsReport) -> Figure:
 
 def write(report: BugsReport, *, snapshot: bool = True) -> list[Path]:
     """The sheet's files; with ``snapshot``, the report it was made from too."""
-    written = []
-    if snapshot:
-        snapshot_path().parent.mkdir(parents=True, exist_ok=True)
-        snapshot_path().write_text(to_json(report.to_dict()))
-        written.append(snapshot_path())
-    markdown_path().write_text(markdown(report))
+    written = PAGE.write(report, markdown(report), snapshot=snapshot)
     figure(report).savefig(png_path(), dpi=110)
-    return [*written, markdown_path(), png_path()]
+    return [*written, png_path()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--snapshot", action="store_true",
-                        help="rebuild from docs/cheatsheet-bugs.json, without a run")
-    args = parser.parse_args(argv)
-    if args.snapshot:
-        report, source = committed(), "docs/cheatsheet-bugs.json (committed)"
-    else:
-        report, source = measure()
-    print(f"bugs report: {source}")
+def _say(report: BugsReport) -> None:
     for trap in TRAPS:
         for step in trap.steps:
             print(f"  {step:<28} caught by {', '.join(report.steps[step].caught_by)}")
-    root = paths.project_root()
-    for path in write(report, snapshot=not args.snapshot):
-        print(f"wrote {path.relative_to(root)}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return PAGE.main(argv, __doc__.splitlines()[0], measure,
+                     lambda report, snapshot: write(report, snapshot=snapshot), _say)
 
 
 if __name__ == "__main__":

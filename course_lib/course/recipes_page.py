@@ -19,17 +19,13 @@ or runs it into ``runs/recipes-page`` when that run is absent, then writes:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
-from course_lib.core import paths
+from course_lib.course.docs_page import DocsPage
 from course_lib.jobs.recipes import RecipesReport, describe, describe_real, describe_recipes
-from course_lib.reports.store import to_json
 from course_lib.steps.recipes import RECIPES
 
-RUN_NAME = "course"  # the chapters' run, where chapter 08 writes recipes.json
 OWN_RUN = "recipes-page"  # where the page runs the audit when that run is absent
 CHECKS = "parity"  # the checks chapter 08 runs with every recipe
 
@@ -53,30 +49,18 @@ direction), **biased** otherwise. The RL rows weigh each token by an
 advantage A (their token mean is `sum A l / N`)."""
 
 
-def snapshot_path() -> Path:
-    return paths.project_root() / "docs" / "recipes-report.json"
-
-
-def markdown_path() -> Path:
-    return paths.project_root() / "docs" / "recipes.md"
-
-
-def committed() -> RecipesReport:
-    return RecipesReport.from_dict(json.loads(snapshot_path().read_text()))
+PAGE: DocsPage[RecipesReport] = DocsPage(RecipesReport, "recipes-report.json", "recipes.md",
+                                         "08", OWN_RUN)
+snapshot_path, markdown_path, committed = PAGE.snapshot_path, PAGE.markdown_path, PAGE.committed
 
 
 def measure() -> tuple[RecipesReport, str]:
     """The recipe audit of the course's run (or one run now), and where it came from."""
-    course = paths.default_out(RUN_NAME)
-    if RecipesReport.exists(course):
-        found = RecipesReport.load(course)
-        if set(found.recipes) == set(RECIPES):
-            return found, f"runs/{RUN_NAME}/reports/recipes.json (chapter 08's run)"
     from course_lib.course.api import load_config
     from course_lib.jobs.recipes import run
 
-    return run(load_config(), paths.default_out(OWN_RUN), CHECKS), \
-        f"runs/{OWN_RUN}/reports/recipes.json (run now)"
+    return PAGE.measure(lambda found: set(found.recipes) == set(RECIPES),
+                        lambda out: run(load_config(), out, CHECKS))
 
 
 def _block(title: str, text: str, why: str) -> str:
@@ -111,29 +95,12 @@ def markdown(report: RecipesReport) -> str:
 
 def write(report: RecipesReport, *, snapshot: bool = True) -> list[Path]:
     """The page; with ``snapshot``, the report it was made from too."""
-    written = []
-    if snapshot:
-        snapshot_path().parent.mkdir(parents=True, exist_ok=True)
-        snapshot_path().write_text(to_json(report.to_dict()))
-        written.append(snapshot_path())
-    markdown_path().write_text(markdown(report))
-    return [*written, markdown_path()]
+    return PAGE.write(report, markdown(report), snapshot=snapshot)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--snapshot", action="store_true",
-                        help="rebuild from docs/recipes-report.json, without a run")
-    args = parser.parse_args(argv)
-    if args.snapshot:
-        report, source = committed(), "docs/recipes-report.json (committed)"
-    else:
-        report, source = measure()
-    print(f"recipes report: {source}")
-    root = paths.project_root()
-    for path in write(report, snapshot=not args.snapshot):
-        print(f"wrote {path.relative_to(root)}")
-    return 0
+    return PAGE.main(argv, __doc__.splitlines()[0], measure,
+                     lambda report, snapshot: write(report, snapshot=snapshot))
 
 
 if __name__ == "__main__":
