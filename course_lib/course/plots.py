@@ -6,7 +6,6 @@ so a notebook shows each one exactly once, as the cell's value.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from course_lib.jobs.exercise import ExerciseReport
     from course_lib.jobs.frameworks import Matrix, MatrixRow
     from course_lib.jobs.parity import ParityReport
-    from course_lib.jobs.recipes import RecipesReport
     from course_lib.jobs.resume import ResumeReport
 
 WIDTH = 9.0  # inches: fills a notebook column
@@ -273,38 +271,6 @@ def bug_matrix(report: BugsReport) -> Figure:
 
 def _short(err: float) -> str:
     return "0" if err == 0 else f"{err:.0e}"
-
-
-# --- chapter 08: the frameworks' recipes ---------------------------------------------
-
-REGIME_COLORS = {"balanced": "#2166ac", "skewed": "#c51b7d"}
-
-
-def recipe_errors(report: RecipesReport, names: Sequence[str] | None = None) -> Figure:
-    """||g - g*|| / ||g*|| per recipe (every one, or ``names``), on the
-    balanced and the skewed window."""
-    from course_lib.core.verdicts import TOLERANCE
-    from course_lib.jobs.recipes import REGIMES
-
-    names = list(names or report.recipes)
-    rows = [report.recipes[n] for n in names]
-    fig, (ax,) = _figure(height=0.32 * len(names) + 1.2)
-    floor = 1e-9  # log axis: float32 rounding of an exact recipe sits near 1e-7
-    tol = TOLERANCE.of(report.dtype)
-    for offset, regime in zip((-0.2, 0.2), REGIMES, strict=True):
-        errs = [r.relative_error[regime] for r in rows]
-        ax.barh([i + offset for i in range(len(names))],
-                [max(e, floor) if e is not None else 1.0 for e in errs], height=0.4,
-                color=REGIME_COLORS[regime], label=f"{regime} window")
-    ax.axvline(tol, color=COLORS["tolerance"], lw=2, label=f"exact below {tol:g}")
-    ax.set_yticks(range(len(names)), [r.label for r in rows])
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlim(floor, 2)
-    ax.set_xlabel("relative gradient error ||g - g*|| / ||g*||")
-    ax.set_title("Balanced counts hide the biased recipes; skewed counts expose them")
-    fig.legend(frameon=False, loc="outside lower center", ncols=3, fontsize=8)
-    return fig
 
 
 def framework_matrix(matrix: Matrix) -> Figure:

@@ -164,11 +164,6 @@ def _from(report: str, get: Callable[[Any], Any], file: str | None = None
     return read
 
 
-def _repeats(sequences: int, world_size: int) -> int:
-    """10: the sequences DistributedSampler hands out a second time."""
-    return -sequences % world_size
-
-
 def _check_names() -> tuple[str, ...]:
     from course_lib.checks import NAMES
 
@@ -499,20 +494,28 @@ def _test_targets(count: int) -> int:
 
 def _drop_last_targets(world_size: int) -> int:
     """07: the next-token targets DistributedSampler(drop_last=True) hands
-    the ranks of the test split, all together."""
+    the ranks of the test split, all together: read from the sampler itself."""
+    from torch.utils.data import DistributedSampler
+
     from course_lib.course.api import corpus, load_config
 
     data = corpus(load_config())
     test = data.splits["test"]
-    kept = len(test) // world_size * world_size  # the tail it drops
-    return sum(len(data.sequences[i]) - 1 for i in test[:kept])
+    kept: list[int] = []
+    for rank in range(world_size):
+        sampler: DistributedSampler[int] = DistributedSampler(
+            range(len(test)), num_replicas=world_size, rank=rank,  # type: ignore[arg-type]
+            shuffle=False, drop_last=True)
+        kept += sampler
+    return sum(len(data.sequences[test[i]]) - 1 for i in kept)
 
 
 def _shard_size(world_size: int) -> int:
     """07: the sequences DistributedSampler hands each rank of the test split."""
+    from course_lib.core.evaluate import shard
     from course_lib.course.api import corpus, load_config
 
-    return -(-len(corpus(load_config()).splits["test"]) // world_size)
+    return len(shard(len(corpus(load_config()).splits["test"]), world_size, 0)[0])
 
 
 # --- the questions, keyed by the chapter's slug (04_ddp_parity -> ddp_parity) ---------

@@ -364,18 +364,16 @@ def empty_text(row: RecipeRow) -> str:
     return describe_empty(e.outcome, e.loss_finite)
 
 
-def describe(report: RecipesReport, names: Sequence[str] | None = None) -> str:
-    """The verdict table: one line per recipe (every one, or ``names``), digits
-    that hold on any CPU; each verdict against the token mean, then against
-    the recipe's claim."""
+def describe(report: RecipesReport) -> str:
+    """The verdict table: one line per recipe, digits that hold on any CPU;
+    each verdict against the token mean, then against the recipe's claim."""
     tol = TOLERANCE.of(report.dtype)
     lines = [f"Production recipes: {report.world_size} ranks, {report.backend} on "
              f"{report.device}, {report.dtype}; verdicts balanced | skewed, and the "
              "relative gradient error per window, against the token mean (RL: sum A l / N)",
              f"{'recipe':<26} {'token mean':<31} {'balanced':>8} {'skewed':>8}  "
              f"{'claims':<16} {'its claim':<31} {'empty window':<20} {'fails'}"]
-    for name in names or report.recipes:
-        row = report.recipes[name]
+    for name, row in report.recipes.items():
         failed = ",".join(c for c, ok in row.checks.items() if not ok) or "-"
         if row.policy:
             failed = "n/a (RL)"
