@@ -12,7 +12,7 @@ ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # Batch runs print a few stable progress lines; `make lab` keeps the widget.
 course test: export COURSE_PROGRESS = text
 
-.PHONY: course test lint lab clean venv gpu-check
+.PHONY: course test lint lab clean venv gpu-check site
 
 venv: $(STAMP)
 
@@ -47,12 +47,15 @@ LANE := notebooks tests/test_faults.py tests/test_widgets.py tests/test_framewor
 SIGINT_DFL := $(BIN)/python -c 'import os, signal, sys; \
 	signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
 
-test: $(STAMP)
+# The site is built once, before the lanes; tests/test_site.py checks the
+# build that COURSE_SITE names (a narrow run builds it itself).
+test: $(STAMP) site
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 	@mkdir -p runs
-	@export COURSE_REPLAY=$$(mktemp -d); \
+	@export COURSE_SITE=$(abspath $(SITE_OUT)); \
+	export COURSE_REPLAY=$$(mktemp -d); \
 	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) --junitxml=runs/test-lane1.xml \
 	  > runs/lane.log 2>&1 & lane=$$!; \
 	$(SIGINT_DFL) $(BIN)/python -m pytest tests $(LANE:%=--ignore=%) \
@@ -74,6 +77,27 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
+# The course as a static website, both editions (build/site/en, build/site/fr),
+# from the committed chapters: nothing executed, no host reached. Its own venv
+# (no torch: site/requirements.txt), the widgets' scripts from npm
+# (site/package-lock.json), the generated pages from .venv (site/generate.py).
+SITE_VENV ?= .venv-site
+SITE_STAMP := $(SITE_VENV)/.installed
+SITE_NODE := site/node_modules/.package-lock.json
+SITE_OUT ?= build/site
+
+$(SITE_STAMP): site/requirements.txt
+	test -x $(SITE_VENV)/bin/python || $(PYTHON) -m venv $(SITE_VENV)
+	$(SITE_VENV)/bin/python -m pip install --quiet -r site/requirements.txt
+	touch $(SITE_STAMP)
+
+$(SITE_NODE): site/package.json site/package-lock.json
+	cd site && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
+site: $(STAMP) $(SITE_STAMP) $(SITE_NODE)
+	$(BIN)/python site/generate.py $(SITE_OUT)/gen
+	$(SITE_VENV)/bin/python site/build.py --out $(SITE_OUT)
+
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=8888 \
 		--no-browser $(ROOT_FLAG)
@@ -89,16 +113,12 @@ clean: $(STAMP)
 
 # docs/: the instructors' worked solutions (from course/quiz.py) and the
 # cheat-sheet (from the bug catalog's report of runs/course, or a run of its own).
-.PHONY: solutions cheatsheet readme recipes-page
+.PHONY: solutions cheatsheet recipes-page
 
-# docs/recipes.md: every recipe's formula and measured verdict, the reference
-# page chapter 08 points to (from runs/course, or a run of its own).
+# docs/recipes.md (formulas), docs/recipe-verdicts.md and docs/rl-recipe-verdicts.md (verdicts)
+# pages, from runs/course (or a run of their own).
 recipes-page: $(STAMP)
 	$(BIN)/python -m course_lib.course.recipes_page
-
-# README's check table, from each check's own `compares` (scripts/readme_tables.py).
-readme: $(STAMP)
-	$(BIN)/python scripts/readme_tables.py
 
 solutions: $(STAMP)
 	$(BIN)/python -m course_lib.course.solutions

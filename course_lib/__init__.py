@@ -15,8 +15,6 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     # 00 set-up, and every chapter's imports
     "load_config": "course_lib.course.api:load_config",
-    "Config": "course_lib.core.config:Config",
-    "ConfigError": "course_lib.core.config:ConfigError",
     "LaunchError": "course_lib.run.diagnose:LaunchError",
     "paths": "course_lib.core.paths",
     "launch": "course_lib.run.launch",
@@ -26,32 +24,33 @@ _EXPORTS: dict[str, str] = {
     "widgets": "course_lib.course.widgets",
     "plots": "course_lib.course.plots",
     "expect": "course_lib.course.timings:expect",
+    "collectives": "course_lib.course.collectives",
     # 01 the mean of means (the arithmetic, the token explorer, theta)
     "arithmetic": "course_lib.core.arithmetic",
-    "counter_example": "course_lib.core.arithmetic:counter_example",
     "global_mean": "course_lib.core.arithmetic:global_mean",
     "mean_of_means": "course_lib.core.arithmetic:mean_of_means",
-    # 03 data and plan
+    # 02 data and plan
     "data": "course_lib.core.data",
     "prepare": "course_lib.course.api:prepare",
     "corpus": "course_lib.course.api:corpus",
-    # 04 the global denominator
+    # 03 the global denominator
     "model": "course_lib.core.model",
     "compare": "course_lib.core.reference:compare",
     "flat_grad": "course_lib.core.reference:flat_grad",
-    "reference_gradient": "course_lib.core.reference:reference_gradient",
+    "token_reference": "course_lib.core.reference:token_reference",
     "err_bound": "course_lib.reports.numbers:err_bound",
     "normalize": "course_lib.core.normalize",
     # 04 DDP parity
-    "reference": "course_lib.course.api:single_process_reference",
     "objectives": "course_lib.core.objectives",
     "parity": "course_lib.jobs.parity:parity",
+    "harness": "course_lib.rank.harness",  # its no_sync() probe, shown
     # 05 the bug lab
     "steps": "course_lib.steps",
     "audit": "course_lib.jobs.audit:audit",
     "bugs": "course_lib.jobs.audit:bugs",
     "describe_audit": "course_lib.jobs.audit:describe",
     "AuditReport": "course_lib.jobs.audit:AuditReport",
+    "invariance": "course_lib.checks.invariance",  # its checks' code, shown
     # 06 checkpoint and resume
     "checkpoint": "course_lib.core.checkpoint",
     "train": "course_lib.jobs.train:train",
@@ -75,13 +74,10 @@ _EXPORTS: dict[str, str] = {
     "audit_frameworks": "course_lib.jobs.frameworks:audit_frameworks",
     "audit_trainer": "course_lib.jobs.frameworks:audit_trainer",
     "describe_frameworks": "course_lib.jobs.frameworks:describe",
-    "FrameworksReport": "course_lib.jobs.frameworks:FrameworksReport",
     "Matrix": "course_lib.jobs.frameworks:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
-    "installed_frameworks": "course_lib.jobs.frameworks:stack",
     # 05 the bug lab: the uneven layout, and what its check kept of a step
     "uneven_result": "course_lib.checks.uneven:result_path",
-    "uneven_failure": "course_lib.checks.uneven:failure_path",
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
     # 09 choose the unit
@@ -91,8 +87,7 @@ _EXPORTS: dict[str, str] = {
     # 10 capstone
     "capstone_check": "course_lib.jobs.capstone:check",
     "describe_capstone": "course_lib.jobs.capstone:describe",
-    # every chapter's closing table, and reports by name
-    "summary": "course_lib.course.api:summary",
+    # the whole protocol and its summary table (course-lib run-all), and the reports
     "run_all": "course_lib.course.api:run_all",
     "reports": "course_lib.reports",
 }

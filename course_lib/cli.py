@@ -7,23 +7,27 @@ import json
 import platform
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, NoReturn
 
 import torch
 
 from course_lib import checks, steps
 from course_lib.core import arithmetic, checkpoint, objectives, paths
-from course_lib.core.config import ConfigError
+from course_lib.core.config import Config, ConfigError
 from course_lib.core.data import DataLockError, lock_record, make_plan
 from course_lib.core.verdicts import Verdict
 from course_lib.course import api
 from course_lib.frameworks import UnknownFramework
+from course_lib.frameworks import options as fw_options
 from course_lib.frameworks.models import UnknownModel
 from course_lib.jobs import audit as audits
 from course_lib.jobs import capstone
 from course_lib.jobs import frameworks as fw_job
 from course_lib.jobs import recipes as recipe_audit
+from course_lib.jobs.evaluate import evaluate_run
 from course_lib.jobs.exercise import exercise
 from course_lib.jobs.kind import ReportElsewhere
 from course_lib.jobs.kind import launch as launch_jobs
@@ -45,11 +49,11 @@ class CheckFailed(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints usage too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
         raise BadInput(message)
 
 
-def _config(args):
+def _config(args: argparse.Namespace) -> Config:
     path = Path(args.config)
     if not path.exists() and not path.is_absolute():
         path = paths.project_root() / path
@@ -57,16 +61,16 @@ def _config(args):
     return api.load_config(path).with_world_size(getattr(args, "world_size", None))
 
 
-def _out(args, cfg) -> Path:
+def _out(args: argparse.Namespace, cfg: Config) -> Path:
     return Path(args.out) if args.out else paths.default_out(cfg.name)
 
 
-def _data_dir(args) -> Path:
+def _data_dir(args: argparse.Namespace) -> Path:
     return Path(args.data_dir) if args.data_dir else paths.data_dir()
 
 
-def _launch_kw(args) -> dict:
-    kw = {"data_dir": _data_dir(args), "timeout": args.timeout,
+def _launch_kw(args: argparse.Namespace) -> dict[str, Any]:
+    kw: dict[str, Any] = {"data_dir": _data_dir(args), "timeout": args.timeout,
           "backend": getattr(args, "backend", "auto"),
           "device": getattr(args, "device", "auto"),
           "progress": progress.make(stream=sys.stderr),
@@ -80,14 +84,14 @@ def _launch_kw(args) -> dict:
     return kw
 
 
-def _print(obj) -> None:
+def _print(obj: object) -> None:
     print(json.dumps(obj, indent=2))
 
 
 # --- commands ----------------------------------------------------------------
 
 
-def cmd_check_env(args) -> int:
+def cmd_check_env(args: argparse.Namespace) -> int:
     cfg = _config(args)
     world = cfg.train.world_size
     info = {
@@ -116,7 +120,7 @@ def cmd_check_env(args) -> int:
     return 0
 
 
-def cmd_prepare(args) -> int:
+def cmd_prepare(args: argparse.Namespace) -> int:
     cfg = _config(args)
     try:
         data, status = api.prepare(cfg, _data_dir(args))
@@ -133,7 +137,7 @@ def cmd_prepare(args) -> int:
     return 0
 
 
-def cmd_check_loss(args) -> int:
+def cmd_check_loss(args: argparse.Namespace) -> int:
     ex = arithmetic.counter_example()
     _print(ex)
     if (ex["mean_of_means"], ex["global_mean"]) != (2.0, 2.5):
@@ -141,7 +145,7 @@ def cmd_check_loss(args) -> int:
     return 0
 
 
-def cmd_reference(args) -> int:
+def cmd_reference(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.device == "cuda" and not launch.gpu_count():
         raise BadInput("--device cuda: no GPU is visible")
@@ -151,7 +155,7 @@ def cmd_reference(args) -> int:
     return 0
 
 
-def cmd_parity(args) -> int:
+def cmd_parity(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     try:
@@ -170,7 +174,7 @@ OBJECTIVE_HELP = ("the unit the reference averages over: " + ", ".join(
     for n in objectives.NAMES) + f" (default {objectives.DEFAULT})")
 
 
-def cmd_audit(args) -> int:
+def cmd_audit(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     if (args.step is None) == (args.trainer is None):
@@ -180,6 +184,8 @@ def cmd_audit(args) -> int:
             raise BadInput("audit: --objective applies to --step; a --trainer is "
                            "audited against the token mean")
         return _audit_trainer(args, cfg, out)
+    if args.uses is not None:
+        raise BadInput("audit: --with applies to --trainer, not to --step")
     names = audits.parse_checks(args.checks)
     found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype,
                          objective=args.objective, **_launch_kw(args))
@@ -192,20 +198,27 @@ def cmd_audit(args) -> int:
     return 0
 
 
-def _audit_trainer(args, cfg, out: Path) -> int:
-    found = fw_job.audit_trainer(cfg, out, args.trainer, args.model or "llama",
+def _audit_trainer(args: argparse.Namespace, cfg: Config, out: Path) -> int:
+    uses = fw_options.parse(args.uses, ["trainer"])
+    found = fw_job.audit_trainer(cfg, out, args.trainer, args.model or "llama", uses,
                                  **_launch_kw(args))
     print(fw_job.describe(found))
     print(f"report: {report_path(out, fw_job.trainer_report_name(args.trainer))}")
-    (row,) = found.rows
-    if row.bad_input:
-        raise BadInput(row.reason.split(": ", 1)[1])  # it returned no Trainer
-    if row.verdict != Verdict.EXACT:
-        raise CheckFailed(f"{args.trainer}: {row.verdict}, nearest formula: {row.matches}")
+    for row in found.rows:
+        if row.bad_input:
+            raise BadInput(row.reason.split(": ", 1)[1])  # it returned no Trainer
+    for row in found.rows:
+        if row.verdict != Verdict.EXACT:
+            raise CheckFailed(f"{args.trainer}{_with(row.uses)}: {row.verdict}, "
+                              f"nearest formula: {row.matches or row.reason}")
     return 0
 
 
-def cmd_capstone(args) -> int:
+def _with(uses: dict[str, Any]) -> str:
+    return "".join(f" --with {name}" for name in uses)
+
+
+def cmd_capstone(args: argparse.Namespace) -> int:
     if args.world_size is not None:
         raise BadInput("capstone: the grader picks its world sizes "
                        f"({', '.join(map(str, capstone.EVALUATION_WORLDS))})")
@@ -219,7 +232,7 @@ def cmd_capstone(args) -> int:
     return 0
 
 
-def cmd_bugs(args) -> int:
+def cmd_bugs(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     report = audits.bugs(cfg, out, objective=args.objective, dtype=args.dtype,
@@ -231,7 +244,7 @@ def cmd_bugs(args) -> int:
     return 0
 
 
-def cmd_recipes(args) -> int:
+def cmd_recipes(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     names = audits.parse_checks(args.checks)
@@ -243,21 +256,27 @@ def cmd_recipes(args) -> int:
     return 0
 
 
-def cmd_frameworks(args) -> int:
+def cmd_frameworks(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     names = fw_job.parse_names(args.framework, fw_job.DEFAULT_FRAMEWORKS, "framework")
     model_types = fw_job.parse_names(args.model, fw_job.DEFAULT_MODELS, "model")
-    report = fw_job.audit_frameworks(cfg, out, names, model_types, **_launch_kw(args))
+    uses = fw_options.parse(args.uses, names)
+    report = fw_job.audit_frameworks(cfg, out, names, model_types, uses=uses,
+                                     **_launch_kw(args))
     print(fw_job.describe(report))
     print(f"report: {report_path(out, fw_job.FrameworksReport.NAME)}")
+    failed = sorted({f"{r.framework}{_with(r.uses)}: {r.reason}" for r in report.rows
+                     if r.verdict == Verdict.FAILED})
     missing = sorted({r.reason for r in report.rows if r.verdict == Verdict.NOT_RUN})
-    if missing:
-        raise CheckFailed("not run: " + "; ".join(missing))
+    if failed or missing:
+        raise CheckFailed("; ".join([*(f"failed: {f}" for f in failed),
+                                     *(["not run: " + "; ".join(missing)] if missing
+                                       else [])]))
     return 0
 
 
-def cmd_train(args) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     run_dir = train(cfg, out, stop_at=args.stop_at, continuous=args.continuous,
@@ -271,7 +290,7 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_resume_check(args) -> int:
+def cmd_resume_check(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     r = resume_check(cfg, out, **_launch_kw(args))
@@ -284,7 +303,7 @@ def cmd_resume_check(args) -> int:
     return 0
 
 
-def cmd_evaluate(args) -> int:
+def cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     ckpt = Path(args.checkpoint) if args.checkpoint else None
@@ -293,7 +312,7 @@ def cmd_evaluate(args) -> int:
         raise BadInput("evaluate: runs on one node (--nnodes 1)")
     if args.world_size:  # the evaluation runs in this process unless it is given
         kw["world_size"] = args.world_size
-    e = api.evaluate_run(cfg, out, ckpt, **kw)
+    e = evaluate_run(cfg, out, ckpt, **kw)
     shown = {"world_size": e.world_size, "backend": e.backend,
              "test_sequences": e.test_sequences, "test_tokens": e.test_tokens,
              "loss_per_token": e.loss_per_token, "token_accuracy": e.token_accuracy,
@@ -312,7 +331,7 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def cmd_exercise(args) -> int:
+def cmd_exercise(args: argparse.Namespace) -> int:
     cfg = _config(args)
     x = exercise(cfg, _out(args, cfg), **_launch_kw(args))
     for sc in x.scenarios:
@@ -326,7 +345,7 @@ def cmd_exercise(args) -> int:
     return 0
 
 
-def cmd_compare(args) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     for p in (args.ckpt_a, args.ckpt_b):
         checkpoint.verify(Path(p))
     result = checkpoint.compare_params(checkpoint.load_params(Path(args.ckpt_a)),
@@ -335,7 +354,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def cmd_check_checkpoints(args) -> int:
+def cmd_check_checkpoints(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = _out(args, cfg)
     found = checkpoint.list_checkpoints(out)
@@ -368,7 +387,7 @@ def generated_paths(root: Path) -> list[Path]:
                   and not any(p == q or q in p.parents for q in protected))
 
 
-def cmd_clean(args) -> int:
+def cmd_clean(args: argparse.Namespace) -> int:
     if args.scope != "generated":
         raise BadInput(f"--scope: only 'generated' is supported, got {args.scope!r}")
     root = paths.project_root()
@@ -382,7 +401,7 @@ def cmd_clean(args) -> int:
     return 0
 
 
-def cmd_run_all(args) -> int:
+def cmd_run_all(args: argparse.Namespace) -> int:
     cfg = _config(args)
     ex_path = Path(args.exercise_config)
     if not ex_path.exists() and not ex_path.is_absolute():
@@ -403,7 +422,8 @@ def build_parser() -> Parser:
     parser = Parser(prog="course-lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    def add(name, func, help_text, launches=False):
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str,
+            launches: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(func=func)
         p.add_argument("--config", default="configs/minimum.yaml")
@@ -464,6 +484,10 @@ def build_parser() -> Parser:
     p.add_argument("--model", default=None, metavar="MODEL_TYPE",
                    help="with --trainer: the model class, a transformers model_type "
                    "(default llama)")
+    p.add_argument("--with", dest="uses", default=None, metavar="a,b,...",
+                   help="with --trainer: configurations on top of it, a row each: "
+                   + ", ".join(n for n, o in fw_options.OPTIONS.items()
+                               if "trainer" in o.frameworks))
     p.add_argument("--checks", default=None, metavar="a,b,...",
                    help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
@@ -487,12 +511,16 @@ def build_parser() -> Parser:
                    help="default: " + ",".join(fw_job.DEFAULT_FRAMEWORKS))
     p.add_argument("--model", default=None, metavar="a,b,...",
                    help="transformers model_types; default: " + ",".join(fw_job.DEFAULT_MODELS))
+    p.add_argument("--with", dest="uses", default=None, metavar="a,b,...",
+                   help="the configurations people train with, each state a row, instead "
+                   "of the plain rows: " + "; ".join(f"{n} ({o.summary})" for n, o in
+                                                      fw_options.OPTIONS.items()))
     p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
     p.add_argument("--exercise-config", default="configs/exercise.yaml")
     return parser
 
 
-def _validate(args) -> None:
+def _validate(args: argparse.Namespace) -> None:
     if args.world_size is not None and args.world_size < 1:
         raise BadInput("--world-size: must be at least 1")
     stop_at = getattr(args, "stop_at", None)
@@ -508,10 +536,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _validate(args)
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except (BadInput, ConfigError, BackendError, checkpoint.CheckpointError,
             DataLockError, steps.StepSpecError, audits.AuditInputError,
-            capstone.CapstoneInputError, UnknownFramework, UnknownModel) as exc:
+            capstone.CapstoneInputError, UnknownFramework, UnknownModel,
+            fw_options.UnknownOption) as exc:
         print(f"course-lib: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. --out not writable, disk full, run dir in use

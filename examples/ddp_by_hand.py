@@ -21,7 +21,7 @@ and with the mean of means (backprop S_r / N_r, which DDP averages). Rank 0
 computes the single-process reference itself and prints, for example:
 
     N = 2283 tokens, per rank [721, 1562]; 112480 gradient components
-    global_token   PASS  max |err| 7.45e-09  (atol 1e-06, rtol 0.0001)
+    global_token   PASS  max |err| < 1e-7  (atol 1e-06, rtol 0.0001)
     mean_of_means  FAIL  max |err| 6.43e-03  (atol 1e-06, rtol 0.0001)
 
 The exit code is 0 when the token rule passes and the mean of means fails
@@ -130,7 +130,10 @@ if rank == 0:
         close = torch.allclose(g, ref, atol=atol, rtol=rtol)  # every component
         err = float((g.double() - ref.double()).abs().max())
         result["modes"][mode] = {"allclose": close, "max_abs_err": err}
-        print(f"{mode:<14} {'PASS' if close else 'FAIL'}  max |err| {err:.2e}  "
+        # below 1e-7 the digits are float32 rounding, which the hardware's
+        # order of additions decides: say only that it is rounding
+        shown = "< 1e-7" if err < 1e-7 else f"{err:.2e}"
+        print(f"{mode:<14} {'PASS' if close else 'FAIL'}  max |err| {shown}  "
               f"(atol {atol:g}, rtol {rtol:g})")
     ok = result["modes"]["global_token"]["allclose"] and (
         world == 1 or not result["modes"]["mean_of_means"]["allclose"])

@@ -155,7 +155,7 @@ def test_audit_report_round_trips(tmp_path):
         passed=False)
     report.save(tmp_path, "audit-s")
     assert AuditReport.load(tmp_path, "audit-s") == report
-    with pytest.raises(ValueError, match="lacks field 'passed'"):
+    with pytest.raises(ValueError, match="AuditReport lacks key 'passed'"):
         AuditReport.from_dict({k: v for k, v in dataclasses.asdict(report).items()
                                if k != "passed"})
 

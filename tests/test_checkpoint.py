@@ -36,6 +36,17 @@ def test_save_writes_every_piece_and_a_manifest(saved, cfg, corpus):
     assert not list(path.parent.glob("*.tmp")), "no temp folder left"
 
 
+def test_trainer_json_reads_back_typed(saved, corpus):
+    path, kw = saved
+    raw = ck.verify(path, data_lock=corpus.lock)
+    trainer = ck.Trainer.of(raw)
+    assert trainer == ck.Trainer.read(path)
+    assert (trainer.step, trainer.world_size, trainer.data_lock) == (7, 1, corpus.lock)
+    assert trainer.sampler.position == 1
+    assert trainer.sampler.history == raw["sampler"]["history"]
+    assert trainer.config == kw["cfg"].to_dict() and trainer.run is None
+
+
 def test_load_restores_model_optimizer_sampler_and_rng(saved, cfg, corpus):
     path, kw = saved
     model = build_model(cfg)

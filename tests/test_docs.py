@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from course_lib import checks
 from course_lib.course import cheatsheet, quiz, solutions
 from course_lib.jobs.audit import BugsReport
 from tests.conftest import ROOT
@@ -109,24 +108,15 @@ def test_the_docs_are_linked():
         assert (DOCS / name).is_file()
         assert f"docs/{name}" in readme, f"README.md does not link docs/{name}"
     assert "../docs/glossary.md" in setup, "00_setup does not link docs/glossary.md"
-    # the cheat-sheet states the rule: it is linked where chapter 03 has derived it
-    rule = (ROOT / "notebooks" / "03_global_denominator.ipynb").read_text()
-    assert "../docs/cheatsheet.md" in rule, "03 does not link docs/cheatsheet.md"
-    assert "cheatsheet.md" not in setup, "00_setup gives the rule away before 03"
+    # the cheat-sheet states the rule and which checks catch each trap: it is
+    # linked from chapter 05's recap, once the learner has predicted those
+    traps = (ROOT / "notebooks" / "05_bug_lab.ipynb").read_text()
+    assert "../docs/cheatsheet.md" in traps, "05 does not link docs/cheatsheet.md"
+    assert "cheatsheet.md" not in setup, "00_setup gives the traps away before 05"
 
 
-def test_the_readme_check_table_is_the_registrys():
-    """README's check table is each check's name and ``compares``, in order."""
-    from scripts import readme_tables
-
-    assert readme_tables.updated(readme_tables.README.read_text()) == \
-        readme_tables.README.read_text(), "README.md's check table is stale: make readme"
-    table = readme_tables.check_table()
-    for name, check in checks.CHECKS.items():
-        assert f"| `{name}` | {check.compares} |" in table
-    planted = readme_tables.updated(readme_tables.README.read_text().replace(
-        "| `parity` |", "| `parity_renamed` |"))
-    assert "`parity_renamed`" not in planted  # a stale row is rewritten, not kept
+# The check table left the README for the site's checks page, written from
+# checks.CHECKS on each build: tests/test_site.py::test_the_check_table_is_the_registrys.
 
 
 def test_the_committed_recipes_page_is_the_generators_output():
@@ -139,6 +129,12 @@ def test_the_committed_recipes_page_is_the_generators_output():
     assert set(report.recipes) == set(RECIPES), "docs/recipes-report.json: make recipes-page"
     assert recipes_page.markdown_path().read_text() == recipes_page.markdown(report), (
         "docs/recipes.md is stale: run `make recipes-page` (or --snapshot)")
+    for page, rl in recipes_page.VERDICT_PAGES.items():
+        assert recipes_page.verdict_path(page).read_text() == \
+            recipes_page.verdicts_markdown(report, rl), (
+            f"docs/{page} is stale: run `make recipes-page` (or --snapshot)")
+    # the formulas page carries no verdict: chapter 08 links it before its predictions
+    assert "What each one trains" not in recipes_page.markdown_path().read_text()
 
 
 def test_the_reference_run_page_shows_the_course_run():

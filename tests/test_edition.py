@@ -10,7 +10,7 @@ import pytest
 from course_lib.core import paths
 from course_lib.core.reference import Comparison
 from course_lib.course import api, edition, quiz, widgets
-from course_lib.jobs.parity import ParityReport
+from course_lib.jobs.parity import GradSample, ParityReport
 
 SOURCES = sorted((paths.project_root() / "course_lib").rglob("*.py"))
 
@@ -79,7 +79,8 @@ def test_the_summary_says_its_verdicts_in_french(monkeypatch):
         nccl_reference_path=False, torch="2.x", compared_values=10, atol=1e-6,
         rtol=1e-4, step=0, local_tokens=[1, 2], global_tokens=3,
         window_loss_per_token=1.0, modes={"global_token": good, "mean_of_means": bad},
-        no_sync={}, grad_sample={}, passed=True, control="mean_of_means")
+        no_sync={}, grad_sample=GradSample([], [], [], []), passed=True,
+        control="mean_of_means")
     verdicts = [v for _, v, _ in api.SECTIONS["parity"].rows(report)]
     fr = edition.catalog("fr")
     assert verdicts == [fr["PASS"], fr["FAIL (expected)"]]

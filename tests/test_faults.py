@@ -206,7 +206,7 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path, tmp_path_factory, p
     assert first.returncode == 0, stderr
     assert json.loads(out)["restarts"] == []
     assert checkpoint.latest_valid(tmp_path) == checkpoint.step_dir(tmp_path, 12)
-    steps = [r["step"] for r in logs.records(tmp_path)[0] if r["event"] == "step"]
+    steps = [r.step for r in logs.steps(tmp_path)[0]]
     assert steps == list(range(1, 13))
 
 

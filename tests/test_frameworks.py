@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from course_lib.core.verdicts import Verdict
+from course_lib.core.verdicts import TOLERANCE, Verdict
 from course_lib.frameworks import ADAPTERS, candidates, installed
 from course_lib.jobs.frameworks import (
     DEFAULT_FRAMEWORKS,
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.torchrun
 # What a row can say: a gradient judged, ranks that disagree, or not run
 # (a non-finite gradient is biased).
 ROW_VERDICTS = {Verdict.EXACT, Verdict.SCALED, Verdict.BIASED, Verdict.RANKS_DISAGREE,
-                Verdict.NOT_RUN}
+                Verdict.NOT_RUN}  # and "failed", where a configuration raised on every rank
 NAMES = {c.name for c in candidates.CANDIDATES}
 
 
@@ -78,9 +78,95 @@ def test_each_verdict_is_the_one_the_table_predicts(audited):
 
 
 def test_an_unknown_framework_or_model_is_one_line(tmp_path):
-    for args in (("--framework", "keras"), ("--model", "no_such_model")):
+    for args in (("--framework", "keras"), ("--model", "no_such_model"),
+                 ("--with", "lora,no_such_configuration"),
+                 ("--framework", "accelerate", "--with", "collator")):
         proc = course_lib_cli("frameworks", *args, "--out", tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for args in (("--step", "global_token", "--with", "lora"),
+                 ("--trainer", "x.py:f", "--with", "collator")):
+        proc = course_lib_cli("audit", *args, "--out", tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "reports").exists(), "refused before any launch"
+
+
+# --- the configurations people train with: --with ----------------------------------
+
+# Each row's own launch would cost a start; one launch holds them all. compile
+# (a minute of inductor on 2 cores) is run by the CLI, not here.
+WITH = ("lora", "gradient_checkpointing", "collator", "fsdp", "deepspeed", "liger")
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("with")
+    proc = course_lib_cli("frameworks", "--framework", "hf", "--model", "gpt2,llama",
+                          "--with", ",".join(WITH), "--out", out)
+    return FrameworksReport.load(out), proc
+
+
+def test_every_configuration_is_a_row_for_each_model_and_flag(configured):
+    from course_lib.frameworks import options
+
+    report, proc = configured
+    assert set(WITH) <= set(options.NAMES)
+    want = {(model, name, repr(state), average)
+            for model in ("gpt2", "llama") for name in WITH
+            for state in options.OPTIONS[name].states for average in (True, False)}
+    got = set()
+    for r in report.rows:
+        (name, state), = r.uses.items()
+        got.add((r.model, name, repr(state), r.flags["average_tokens_across_devices"]))
+        assert all(r.flags.get(k) == v for k, v in options.OPTIONS[name].flags(state).items())
+        assert r.verdict in ROW_VERDICTS | {Verdict.FAILED}, (name, r.verdict, r.reason)
+        if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED):
+            assert r.reason, f"{name}: {r.verdict} needs its reason"
+    assert got == want and len(report.rows) == len(want), "none left out, none twice"
+    # Not run or failed is never a pass: the command fails and says why.
+    unmeasured = [r for r in report.rows if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED)]
+    assert (proc.returncode == 0) == (not unmeasured), proc.stderr
+
+
+def test_each_configuration_is_measured_against_the_same_model(configured):
+    """Every rank compared, the formula named exactly, and the one the table
+    predicts: a configuration changes what is trained only where a run shows it."""
+    report, _ = configured
+    measured = [r for r in report.rows if r.verdict not in (Verdict.NOT_RUN, Verdict.FAILED)]
+    assert {next(iter(r.uses)) for r in measured} >= {"lora", "gradient_checkpointing",
+                                                      "collator"}
+    for r in measured:
+        where = (r.model, r.uses, r.flags)
+        assert r.residual < TOLERANCE.of(r.precision), where
+        assert [x.rank for x in r.ranks] == [0, 1] and r.verdict != Verdict.RANKS_DISAGREE
+        assert r.matches == predicted(r), where
+
+
+def test_lora_fsdp_and_checkpointing_are_what_the_row_says(configured):
+    report, _ = configured
+    for r in report.rows:
+        name = next(iter(r.uses))
+        said = " ".join(r.notes)
+        if name == "lora":  # the adapter alone trains; the reference wraps the same
+            trained, total = (int(w) for w in said.split("adapter's ")[1].split()[:3:2])
+            assert 0 < trained < total / 4, said
+        if name == "fsdp":  # sharded, or not run: plain DDP is never FSDP's pass
+            assert ("sharded (DTensor)" in said if r.verdict != Verdict.NOT_RUN
+                    else "no parameter was sharded" in r.reason), (said, r.reason)
+        if name == "gradient_checkpointing" and r.verdict != Verdict.FAILED:
+            assert "gradient checkpointing was on" in said, said
+            asked = r.uses[name]["use_reentrant"]
+            assert asked == "default" or f"use_reentrant={asked}" in said, said
+        if name == "collator" and r.uses["collator"] == {"collator": "flattening"}:
+            assert r.counts.R == 0, "packed: every sequence's first label is the separator"
+
+
+def test_a_configuration_that_cannot_run_here_says_why(configured):
+    report, _ = configured
+    for name, package in (("deepspeed", "deepspeed"), ("liger", "liger-kernel")):
+        rows = [r for r in report.rows if name in r.uses]
+        if installed(package) is None:
+            assert rows and all(r.verdict == Verdict.NOT_RUN and package in r.reason
+                                for r in rows), [(r.verdict, r.reason) for r in rows]
 
 
 def test_a_framework_that_is_not_installed_is_not_run(tmp_path, monkeypatch):
@@ -142,6 +228,17 @@ def no_trainer(model, train_dataset):
     return {"not": "a trainer"}
 
 
+class Crashes(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        raise RuntimeError("no loss in this configuration")
+
+
+def make_crashing_trainer(model, train_dataset):
+    base = make_trainer(model, train_dataset)
+    return Crashes(model=model, args=base.args, train_dataset=train_dataset,
+                   data_collator=default_data_collator)
+
+
 def rank1_fails(model, train_dataset):
     import os
     if os.environ["RANK"] == "1":
@@ -164,7 +261,7 @@ def test_a_learners_trainer_is_audited_as_they_configured_it(learner):
     # its output_dir="out" lands in the audit's scratch space, not where it ran
     assert not (learner / "out").exists()
     (row,) = FrameworksReport.load(learner / "runs", "audit-trainer-make_trainer").rows
-    assert (row.verdict, row.matches, row.model) == ("exact", "exact", "llama")
+    assert (row.verdict, row.matches, row.model) == ("exact", "token mean", "llama")
     assert sum(sum(n) for n in [row.counts.N_r]) == row.counts.N
     mean = course_lib_cli("audit", "--trainer", learner / "my_trainer.py:make_mean_trainer",
                           "--model", "gpt2", "--out", learner / "runs")
@@ -174,6 +271,29 @@ def test_a_learners_trainer_is_audited_as_they_configured_it(learner):
     # the Trainer (which computed num_items_in_batch) divides by nothing:
     # the gradient is M times a mean of microbatch means (#35438).
     assert (row.verdict, row.matches) == ("biased", "mean of microbatch means without 1/M")
+
+
+def test_a_planted_wrong_configuration_fails_with_lora(learner):
+    """LoRA does not hide a loss of the wrong kind: the mean trainer wrapped
+    in an adapter is still M times a mean of microbatch means, on the adapter."""
+    proc = course_lib_cli("audit", "--trainer", learner / "my_trainer.py:make_mean_trainer",
+                          "--with", "lora", "--out", learner / "lora")
+    assert proc.returncode == 1, proc.stderr
+    (row,) = FrameworksReport.load(learner / "lora", "audit-trainer-make_mean_trainer").rows
+    assert row.uses == {"lora": {"r": 4, "alpha": 8}} and "adapter" in " ".join(row.notes)
+    assert (row.verdict, row.matches) == ("biased", "mean of microbatch means without 1/M")
+    assert "--with lora: biased" in proc.stderr
+
+
+def test_a_configuration_that_raises_on_every_rank_is_a_failed_row(learner,
+                                                                    no_worker_left_behind):
+    proc = course_lib_cli("audit", "--trainer",
+                          learner / "my_trainer.py:make_crashing_trainer",
+                          "--out", learner / "crash", "--timeout", 120)
+    assert proc.returncode == 1, proc.stderr
+    (row,) = FrameworksReport.load(learner / "crash",
+                                   "audit-trainer-make_crashing_trainer").rows
+    assert row.verdict == Verdict.FAILED and "no loss in this configuration" in row.reason
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -172,3 +172,47 @@ def test_every_counting_line_chapter_08_prints_is_in_the_installed_transformers(
             assert any(f in "\n".join(line.code) for f in wanted.fragments), wanted
     shown = source.describe(source.installed())
     assert "not found in this version" not in shown
+
+
+def test_every_logging_line_chapter_07_prints_is_in_the_installed_frameworks():
+    """Chapter 07 prints the installed frameworks' logging lines, found by
+    their fragments: a version that moves one must not print 'not found'."""
+    from course_lib.frameworks import source
+
+    shown = source.describe(*source.logging())
+    assert "not found in this version" not in shown
+    for _, _, wanted in source.LOGGING:
+        for w in wanted:
+            line = source.find(w)
+            assert line is not None and any(f in "\n".join(line.code) for f in w.fragments), w
+
+
+@pytest.mark.parametrize("model_type, targets", [
+    ("llama", {"q_proj", "k_proj", "v_proj", "o_proj"}), ("gpt2", {"c_attn", "c_proj"})])
+def test_lora_trains_both_factors_of_the_attention_projections_only(built, corpus,
+                                                                    model_type, targets):
+    """--with lora: init_lora_weights=False, so B is not zero and A has a
+    gradient too; the MLP (GPT-2's mlp.c_proj) and the base weights stay frozen."""
+    pytest.importorskip("peft")
+    from course_lib.frameworks import models, options
+    from course_lib.frameworks.reference import summed_loss
+
+    base = models.build(model_type, window.vocab_size(corpus.source), 0)
+    model = options.wrap({"lora": dict(options.LORA.states[0])}, base)
+    summed_loss(model, built[0][0]).backward()
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    assert {n.split(".lora_")[0].rpartition(".")[2] for n in trained} == targets
+    assert not any("mlp" in n for n in trained)
+    for n, p in trained.items():
+        assert p.grad is not None and float(p.grad.abs().sum()) > 0, f"{n}: no gradient"
+
+
+def test_an_unknown_configuration_or_one_no_framework_takes_is_bad_input():
+    from course_lib.frameworks import options
+
+    assert options.parse("lora, collator", ["hf"]) == ["lora", "collator"]
+    with pytest.raises(options.UnknownOption, match="unknown configuration 'nope'"):
+        options.parse("nope", ["hf"])
+    with pytest.raises(options.UnknownOption, match="applies to hf"):
+        options.parse("collator", ["trl", "accelerate"])

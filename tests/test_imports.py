@@ -9,6 +9,9 @@ but for the few modules whose job is to load by name.
 """
 
 import ast
+import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,8 @@ BY_NAME = {
     "steps/registry.py": "a learner's step: package.module:function or file.py:function",
     "run/hooks.py": "the test machinery, named by an environment variable",
     "frameworks/__init__.py": "an adapter by its framework's name; installed versions",
+    "frameworks/source.py": "the installed frameworks' modules whose lines chapters "
+                            "07 and 08 print (third-party, never course_lib)",
     "course/quiz.py": "an answer's report class, loaded only when a question is graded",
 }
 
@@ -67,3 +72,39 @@ def test_the_rule_catches_a_planted_violation():
 def test_the_allowlist_is_not_stale():
     for where in BY_NAME:
         assert "importlib" in (PACKAGE / where).read_text(), f"{where} no longer needs it"
+
+
+# --- the face: every name it exports is reached ----------------------------------------
+
+FACE_IMPORT = re.compile(r"from course_lib import \(([^)]*)\)|from course_lib import ([^\n(]+)")
+FACE_ATTRIBUTE = re.compile(r"(?<![\w.])course_lib\.(\w+)")
+
+
+def _reached(text: str) -> set[str]:
+    found = set(FACE_ATTRIBUTE.findall(text))
+    for m in FACE_IMPORT.finditer(text):
+        found |= set(re.findall(r"\w+", re.sub(r"#.*", "", m.group(1) or m.group(2))))
+    return found
+
+
+def test_every_face_name_is_reached_by_a_chapter_test_doc_or_example():
+    import course_lib
+
+    texts = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        texts += ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    for folder, pattern in (("tests", "*.py"), ("docs", "*.md"), ("examples", "*"),
+                            ("benchmarks", "*.py"), ("scripts", "*.py")):
+        texts += [p.read_text(errors="replace") for p in sorted((ROOT / folder).rglob(pattern))
+                  if p.is_file() and p != Path(__file__)]
+    texts += [(ROOT / "README.md").read_text()]
+    reached = set().union(*map(_reached, texts))
+    unreached = sorted(set(course_lib._EXPORTS) - reached)
+    assert not unreached, f"face names nothing reaches (drop them): {unreached}"
+
+
+def test_the_reach_rule_on_examples():
+    found = _reached("from course_lib import (\n    check,  # x\n    quiz,\n)")
+    assert found == {"check", "quiz"}
+    assert _reached("x = course_lib.train(cfg)\ny = my.course_lib.nope") == {"train"}

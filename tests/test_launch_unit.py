@@ -99,8 +99,11 @@ def test_launch_phases_split_a_launch_from_its_records(tmp_path):
     LaunchRecord(started=200.0, seconds=5.0, world_size=2, jobs=["smoke"],
                       returncode=-1).append_to(tmp_path)  # failed: no phases
     logs = tmp_path / "logs"
-    events = [{"event": "ready", "time": 103.0, "process_started": 101.5},
-              {"event": "start", "time": 103.5}, {"event": "done", "time": 108.0}]
+    events = [{"event": "ready", "job": "setup", "rank": 0, "time": 103.0,
+               "process_started": 101.5},
+              {"event": "start", "job": "parity", "rank": 0, "time": 103.5,
+               "spec": {"job": "parity"}},
+              {"event": "done", "job": "parity", "rank": 0, "time": 108.0}]
     (logs / "setup-rank0.jsonl").write_text(
         "".join(_json.dumps(e) + "\n" for e in events[:1]))
     (logs / "parity-rank0.jsonl").write_text(

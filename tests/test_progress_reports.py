@@ -41,7 +41,8 @@ def test_reports_round_trip_as_typed_objects(tmp_path):
             "compared_values": 3, "atol": 1e-6, "rtol": 1e-4, "local_tokens": [1, 2],
             "global_tokens": 3, "passed": True, "control": "x", "nccl_reference_path": False,
             "torch": "2.x", "step": 0, "window_loss_per_token": 1.5, "no_sync": {},
-            "grad_sample": {"index": [0], "reference": [0.5]}, "future_field": 1,
+            "grad_sample": {"index": [0], "reference": [0.5], "global_token": [0.5],
+                            "mean_of_means": [0.25]}, "future_field": 1,
             "modes": {"global_token": {"max_abs_err": 0.0, "allclose": True, "violations": 0},
                       "mean_of_means": {"max_abs_err": float("nan"), "allclose": False,
                                         "violations": 3}}}
@@ -49,11 +50,13 @@ def test_reports_round_trip_as_typed_objects(tmp_path):
     assert "NaN" not in path.read_text(), "strict JSON: NaN becomes null"
     p = ParityReport.load(tmp_path)
     assert p.correct.allclose and p.control_mode.max_abs_err is None
-    assert p.nccl_reference_path is False and p.grad_sample["reference"] == [0.5]
+    assert p.nccl_reference_path is False and p.grad_sample.reference == [0.5]
+    assert p.grad_sample["mean_of_means"] == [0.25], "the chapters index it by key"
+    assert list(p.grad_sample) == ["index", "reference", "global_token", "mean_of_means"]
     assert p.extra == {"future_field": 1}, "unknown keys are kept, not lost"
     del data["modes"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="lacks field 'modes'"):
+    with pytest.raises(ValueError, match="ParityReport lacks key 'modes'"):
         ParityReport.load(tmp_path)
     with pytest.raises(FileNotFoundError, match="no resume report"):
         ResumeReport.load(tmp_path)

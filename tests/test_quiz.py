@@ -7,7 +7,7 @@ import pytest
 from course_lib.core import paths
 from course_lib.core.reference import Comparison
 from course_lib.course import quiz, widgets
-from course_lib.jobs.parity import ParityReport
+from course_lib.jobs.parity import GradSample, ParityReport
 
 STATIC = {k: q for k, q in quiz.QUESTIONS.items() if not callable(q.answer)}
 
@@ -102,8 +102,8 @@ def test_answers_read_from_a_run(tmp_path, monkeypatch):
         nccl_reference_path=False, torch="2.x", compared_values=112_480, atol=1e-6,
         rtol=1e-4, step=0, local_tokens=[1, 2], global_tokens=3,
         window_loss_per_token=1.0, modes={"global_token": ok, "mean_of_means": bad},
-        no_sync={}, grad_sample={"index": [0], "reference": [1.0],
-                                 "mean_of_means": [1.01]},
+        no_sync={}, grad_sample=GradSample(index=[0], reference=[1.0],
+                                           global_token=[1.0], mean_of_means=[1.01]),
         passed=True, control="x",
     ).save(tmp_path / "course")
     assert quiz.check("ddp_parity.2", 0.0099).correct

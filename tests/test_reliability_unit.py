@@ -143,9 +143,11 @@ def test_resume_point_takes_this_launchs_newest_valid_checkpoint(tmp_path, cfg, 
 def test_restart_records_are_read_back_in_order(tmp_path):
     log = elastic.log_path(tmp_path)
     log.parent.mkdir(parents=True)
-    log.write_text(json.dumps({"restart": 2, "resumed_from_step": 40, "time": 2.0}) + "\n"
+    log.write_text(json.dumps({"restart": 2, "run": "stop", "resumed_from_step": 40,
+                               "time": 2.0}) + "\n"
                    + "cut by SIGK\n"
-                   + json.dumps({"restart": 1, "resumed_from_step": 15, "time": 1.0}) + "\n")
+                   + json.dumps({"restart": 1, "run": "stop", "resumed_from_step": 15,
+                                 "time": 1.0}) + "\n")
     got = elastic.read_restarts([tmp_path])
     assert [(r.restart, r.resumed_from_step) for r in got] == [(1, 15), (2, 40)]
     elastic.clear([tmp_path])

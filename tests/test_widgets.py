@@ -188,3 +188,12 @@ def test_theta_explorer_follows_the_slider():
         ex["grad_mean_of_means"], 4)
     x, y = th.markers["grad", "global"].get_data()
     assert list(x) == [0.5] and list(y) == [pytest.approx(ex["grad_global"])]
+
+
+def test_the_figures_label_their_axes_and_round_to_two_decimals():
+    theta = ThetaExplorer(theta=0.0)
+    assert theta.ax_loss.get_ylabel() and theta.ax_grad.get_ylabel()
+    assert theta.ax_grad.get_legend() is not None
+    token = TokenExplorer()
+    assert [t.get_text() for t in token.mean_texts] == ["2.00", "2.50"]
+    assert token.bias_text.get_text() == "bias -0.50"

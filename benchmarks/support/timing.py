@@ -28,7 +28,7 @@ class LaunchPhases:
     teardown: float
 
 
-def _rank0_events(out: Path) -> list[dict]:
+def _rank0_events(out: Path) -> list[logs.Event]:
     """Rank 0's log records from every run directory under ``out``, by time."""
     dirs = [p.parent for p in Path(out).rglob("logs") if p.is_dir()]
     return [rec for _, rec in logs.read(dirs, since=0.0).get(0, [])]
@@ -42,15 +42,15 @@ def launch_phases(out: Path) -> list[LaunchPhases]:
         if rec.replayed:
             continue
         end = rec.started + rec.seconds
-        mine = [e for e in events if rec.started <= e["time"] <= end + 1.0]
-        ready = next((e for e in mine if e["event"] == "ready"), None)
-        starts = [e["time"] for e in mine if e["event"] == "start"]
-        dones = [e["time"] for e in mine if e["event"] == "done"]
+        mine = [e for e in events if rec.started <= e.time <= end + 1.0]
+        ready = next((e for e in mine if isinstance(e, logs.Ready)), None)
+        starts = [e.time for e in mine if isinstance(e, logs.Start)]
+        dones = [e.time for e in mine if isinstance(e, logs.Done)]
         if ready is None or not starts or not dones:
             continue  # a failed launch: no phases to show
-        created = max(ready["process_started"], rec.started)
+        created = max(ready.process_started, rec.started)
         phases.append(LaunchPhases(
             jobs=rec.jobs, world_size=rec.world_size, total=rec.seconds,
-            agent=created - rec.started, startup=ready["time"] - created,
+            agent=created - rec.started, startup=ready.time - created,
             work=dones[-1] - starts[0], teardown=max(0.0, end - dones[-1])))
     return phases

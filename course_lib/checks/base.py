@@ -1,12 +1,17 @@
-"""What a check is, and the result it returns."""
+"""What a check is, the result it returns, and the files a check run apart
+leaves for its parent side."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import torch
+
+from course_lib.core.typed import decode, encode, shallow
 from course_lib.rank.context import RankContext
 from course_lib.run.runfile import JobSpec
 
@@ -26,6 +31,41 @@ class CheckResult:
     errors: dict[str, float | None] = field(default_factory=dict)
     agree_after_micro: list[bool] | None = None
     note: str = ""
+
+
+A = TypeVar("A", bound="Artifact")
+J = TypeVar("J", bound="JsonArtifact")
+
+
+class Artifact:
+    """A file that a check run apart leaves for its ``collect``, as a
+    dataclass: ``save`` writes the dict of its fields (``torch.save``, so the
+    chapters' ``torch.load(path)["grads"]`` still reads it), ``load`` reads it
+    back through the one decoder, a missing or unknown key failing in one line."""
+
+    def save(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(shallow(self), path)
+        return path
+
+    @classmethod
+    def load(cls: type[A], path: Path) -> A:
+        return decode(cls, torch.load(Path(path), weights_only=True), Path(path).name)
+
+
+class JsonArtifact:
+    """An artifact of plain values, as one JSON object."""
+
+    def save(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(encode(self)))
+        return path
+
+    @classmethod
+    def load(cls: type[J], path: Path) -> J:
+        return decode(cls, json.loads(Path(path).read_text()), Path(path).name)
 
 
 class CheckDefinitionError(TypeError):

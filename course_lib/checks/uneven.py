@@ -19,7 +19,6 @@ that step's failure and launches again for the steps after it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from course_lib.checks.auditor import Auditor
-from course_lib.checks.base import Apart, Check, CheckResult
+from course_lib.checks.base import Apart, Artifact, Check, CheckResult, JsonArtifact
 from course_lib.core import objectives
 from course_lib.core.config import Config
 from course_lib.rank import harness
@@ -68,6 +67,24 @@ def failure_path(out: Path, step: str) -> Path:
     return Path(out) / "audit" / "uneven" / f"{step}.failed.json"
 
 
+@dataclass(frozen=True)
+class UnevenResult(Artifact):
+    """``result_path``: one step's gradients on every rank, and the
+    reference of the same sequences (chapter 05 loads it)."""
+
+    grads: list[torch.Tensor]  # per rank, after the sync
+    reference: torch.Tensor
+    microbatches: list[int]  # per rank
+
+
+@dataclass(frozen=True)
+class UnevenFailure(JsonArtifact):
+    """``failure_path``: the launch a step failed, the first line of its error."""
+
+    error: str
+    rank: int | None
+
+
 def run_rank(ctx: RankContext, spec: UnevenJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     layout = harness.uneven_layout(ctx.parity_layout(), ctx.corpus, spec.max_tokens)
@@ -81,10 +98,8 @@ def run_rank(ctx: RankContext, spec: UnevenJob) -> None:
         # with nothing on the rank that ran out of microbatches.
         out = Auditor(ctx, step).outcome(layout, probe=False)
         if ref is not None:  # rank 0
-            path = result_path(ctx.out, step.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"grads": out.grads, "reference": ref.grad,
-                        "microbatches": [len(r) for r in layout]}, path)
+            UnevenResult(out.grads, ref.grad, [len(r) for r in layout]).save(
+                result_path(ctx.out, step.name))
         ctx.progress("uneven microbatches", i + 1, len(spec.steps))
     ctx.state.audited = ctx.state.check = None
 
@@ -111,9 +126,7 @@ def run(cfg: Config, out: Path, specs: list[tuple[str, str]], step_timeout: floa
             failed = todo[len(done)][1] if len(done) < len(todo) else None
             if failed is None or exc.audited != failed:
                 raise  # not the step's own failure: the set-up, the launcher
-            path = failure_path(out, failed)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"error": str(exc).splitlines()[0], "rank": exc.rank}))
+            UnevenFailure(str(exc).splitlines()[0], exc.rank).save(failure_path(out, failed))
             todo = todo[len(done) + 1:]
 
 
@@ -122,12 +135,12 @@ def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:
     the launch's failure (a deadlock names its rank)."""
     failed = failure_path(out, step)
     if failed.exists():
-        error = json.loads(failed.read_text())["error"]
+        error = UnevenFailure.load(failed).error
         return CheckResult(passed=False, max_abs_err=None, atol=atol, rtol=rtol,
                            note=f"the step never finished: {error}")
-    saved = torch.load(result_path(out, step), weights_only=True)
-    c = harness.compare_ranks(saved["grads"], saved["reference"], atol, rtol)
-    counts = ", ".join(map(str, saved["microbatches"]))
+    saved = UnevenResult.load(result_path(out, step))
+    c = harness.compare_ranks(saved.grads, saved.reference, atol, rtol)
+    counts = ", ".join(map(str, saved.microbatches))
     return CheckResult(passed=c.allclose, max_abs_err=c.max_abs_err, atol=atol, rtol=rtol,
                        note=f"microbatches per rank: {counts}")
 

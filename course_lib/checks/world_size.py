@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from course_lib.checks.auditor import Auditor
-from course_lib.checks.base import Apart, Check, CheckResult
+from course_lib.checks.base import Apart, Artifact, Check, CheckResult
 from course_lib.core import objectives
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, load_corpus
@@ -48,6 +48,14 @@ def grad_path(out: Path, world_size: int, step: str) -> Path:
     return Path(out) / "audit" / "world-size" / f"W{world_size}" / f"{step}.pt"
 
 
+@dataclass(frozen=True)
+class WorldSizeGrads(Artifact):
+    """``grad_path``: one step's gradients at one world size."""
+
+    grads: list[torch.Tensor]  # per rank, after the sync
+    local_tokens: list[int]  # per rank
+
+
 def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
     ctx.state.step_timeout = spec.step_timeout
     layout = harness.world_size_layout(spec.sequence_ids, ctx.world_size, spec.batch_size)
@@ -57,9 +65,8 @@ def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
         ctx.state.audited, ctx.state.check = step.name, NAME
         out = Auditor(ctx, step).outcome(layout)
         if ctx.rank == 0:
-            path = grad_path(ctx.out, ctx.world_size, step.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"grads": out.grads, "local_tokens": out.local_tokens}, path)
+            WorldSizeGrads(out.grads, out.local_tokens).save(
+                grad_path(ctx.out, ctx.world_size, step.name))
         ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
     ctx.state.audited = ctx.state.check = None
 
@@ -81,12 +88,12 @@ def plan(cfg: Config, specs: list[str], data_dir: Path, step_timeout: float,
 
 def collect(out: Path, step: str, atol: float, rtol: float) -> CheckResult:
     """Every W's gradients against W = 1's."""
-    found = {w: torch.load(grad_path(out, w, step), weights_only=True) for w in WORLD_SIZES}
-    base = found[1]["grads"][0]
+    found = {w: WorldSizeGrads.load(grad_path(out, w, step)) for w in WORLD_SIZES}
+    base = found[1].grads[0]
     errors: dict[str, float | None] = {}
     passed = True
     for w, saved in found.items():
-        c = harness.compare_ranks(saved["grads"], base, atol, rtol)
+        c = harness.compare_ranks(saved.grads, base, atol, rtol)
         errors[f"W={w}"] = c.max_abs_err
         passed = passed and c.allclose
     return CheckResult(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 # The token explorer's ranks: rank 0 and 1 give the 12/36 counter-example;
 # the others are there when the learner raises W.
@@ -48,7 +49,7 @@ def scaled_local_losses(loss_sums: Sequence[float], counts: Sequence[int]) -> li
     return [world * s / total for s in loss_sums]
 
 
-def counter_example() -> dict:
+def counter_example() -> dict[str, Any]:
     """The 12/36 counter-example: 2 versus 2.5."""
     counts, loss_sums = [12, 36], [12.0, 108.0]
     scaled = scaled_local_losses(loss_sums, counts)
@@ -65,7 +66,7 @@ def counter_example() -> dict:
 
 
 def theta_example(theta: float, counts: Sequence[int] = (12, 36),
-                  targets: Sequence[float] = (1.0, -1.0)) -> dict:
+                  targets: Sequence[float] = (1.0, -1.0)) -> dict[str, Any]:
     """One parameter, squared error: equal losses at theta=0, unequal gradients.
 
     Rank r holds counts[r] targets equal to targets[r];

@@ -20,14 +20,17 @@ import json
 import random
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from course_lib.core import files
 from course_lib.core.config import Config
+from course_lib.core.typed import decode
 
 MANIFEST = "manifest.json"
 TRAINER = "trainer.json"
@@ -37,6 +40,45 @@ ALL_PARTS = frozenset({"model", "optimizer", "sampler", "rng"})
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be trusted or does not fit this run."""
+
+
+@dataclass(frozen=True)
+class SamplerState:
+    """``WindowSampler.state_dict()``, as ``trainer.json`` holds it."""
+
+    seed: int
+    position: int  # windows drawn so far
+    rng_state: tuple[int, list[int], float | None]  # random.getstate(), as JSON
+    history: list[list[list[list[int]]]]  # window[rank][micro] -> ids, per window
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """``trainer.json``: what ``save`` writes beside the weights, as
+    ``verify`` and ``load`` return it, typed (``Trainer.of``)."""
+
+    step: int
+    world_size: int
+    config: dict[str, Any]  # Config.to_dict()
+    config_fingerprint: str
+    data_lock: str
+    sampler: SamplerState
+    # The train job's ``meta``: where the checkpoint was written, and by which run.
+    backend: str | None = None
+    device: str | None = None
+    run: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # any other meta
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Trainer:
+        """``verify``'s or ``load``'s dict, checked: a missing key or a value
+        of the wrong kind is one line naming ``trainer.json`` and the key."""
+        return decode(cls, raw, TRAINER)
+
+    @classmethod
+    def read(cls, path: Path) -> Trainer:
+        """The checkpoint ``path``'s ``trainer.json`` (call ``verify`` first)."""
+        return cls.of(json.loads((Path(path) / TRAINER).read_text()))
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
@@ -61,7 +103,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _torch_bytes(obj) -> bytes:
+def _torch_bytes(obj: object) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -188,7 +230,8 @@ def verify(path: Path, *, cfg: Config | None = None, data_lock: str | None = Non
     return trainer
 
 
-def _first_config_difference(saved: dict, current: dict, prefix: str = "") -> str:
+def _first_config_difference(saved: dict[str, Any], current: dict[str, Any],
+                             prefix: str = "") -> str:
     for key in sorted(set(saved) | set(current)):
         a, b = saved.get(key), current.get(key)
         where = f"{prefix}{key}"
@@ -230,10 +273,13 @@ def load(path: Path, *, model, optimizer, sampler, rank: int,
 
 
 def load_params(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(Path(path) / "model.pt", map_location="cpu", weights_only=True)
+    params: dict[str, torch.Tensor] = torch.load(Path(path) / "model.pt",
+                                                 map_location="cpu", weights_only=True)
+    return params
 
 
-def compare_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict:
+def compare_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
+                   ) -> dict[str, Any]:
     if a.keys() != b.keys():
         raise CheckpointError("the two checkpoints hold different parameter names")
     diff = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)

@@ -83,7 +83,8 @@ class Config:
     exercise: ExerciseConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        doc: dict[str, Any] = _plain(dataclasses.asdict(self))
+        return doc
 
     def protocol_fingerprint(self) -> str:
         """sha256 of everything that shapes a trajectory.

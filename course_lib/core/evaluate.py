@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,7 @@ class Score:
 
 
 def evaluate(model: nn.Module, corpus: Corpus, split: str = "test",
-             batch_size: int = 64, device: str | torch.device = "cpu") -> dict:
+             batch_size: int = 64, device: str | torch.device = "cpu") -> dict[str, Any]:
     """The single-process evaluation of ``split``."""
     ids = corpus.splits[split]
     totals = score(model, corpus, ids, batch_size, device).totals()

@@ -30,7 +30,8 @@ class Block(nn.Module):
         # Right padding + causal mask: real positions never attend to padding.
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.drop(self.proj(att.transpose(1, 2).reshape(b, t, d)))
-        return x + self.drop(self.ff(self.ln2(x)))
+        out: torch.Tensor = x + self.drop(self.ff(self.ln2(x)))
+        return out
 
 
 class TinyLM(nn.Module):
@@ -50,7 +51,8 @@ class TinyLM(nn.Module):
         x = self.tok(inputs) + self.pos(positions)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln(x))
+        logits: torch.Tensor = self.head(self.ln(x))
+        return logits
 
 
 def build_model(cfg: Config, dtype: torch.dtype | None = None) -> TinyLM:

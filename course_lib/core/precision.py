@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ MODES = ("float32", "autocast_bf16", "bf16_weights")
 
 
 def _setup(mode: str, model: torch.nn.Module
-           ) -> tuple[torch.nn.Module, contextlib.AbstractContextManager]:
+           ) -> tuple[torch.nn.Module, contextlib.AbstractContextManager[Any]]:
     if mode == "float64":  # the exact sums, for comparison
         return model.double(), contextlib.nullcontext()
     if mode == "float32":

@@ -21,27 +21,40 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
     ])
 
 
-def reference_gradient(model: nn.Module, microbatches: Sequence[Microbatch],
-                       objective: Objective | None = None) -> tuple[torch.Tensor, int, float]:
-    """One backward through the mean over every supervised token of the
-    window, or through another objective's window loss (``core.objectives``).
-
-    ``microbatches`` holds every rank's microbatches of the window. Returns
-    (flat gradient, N, window loss: per token for the token mean).
-    """
+def window_tokens(microbatches: Sequence[Microbatch]) -> int:
+    """N, the window's supervised tokens; an empty window is refused."""
     n = int(sum(count_tokens(labels) for _, labels in microbatches))
     if n <= 0:
         raise EmptyWindowError("no supervised token in the window (N = 0)")
+    return n
+
+
+def token_reference(model: nn.Module, microbatches: Sequence[Microbatch]
+                    ) -> tuple[torch.Tensor, int, float]:
+    """One backward through the mean over every supervised token of the
+    window: every rank's microbatches, in one process. Returns (flat
+    gradient, N, the window's loss per token)."""
+    n = window_tokens(microbatches)
     model.zero_grad(set_to_none=True)
+    sums = [loss_sum(model(inputs), labels) for inputs, labels in microbatches]
+    loss = sum(sums[1:], sums[0]) / n
+    loss.backward()
+    return flat_grad(model), n, float(loss.detach())
+
+
+def reference_gradient(model: nn.Module, microbatches: Sequence[Microbatch],
+                       objective: Objective | None = None) -> tuple[torch.Tensor, int, float]:
+    """The token mean's reference (``token_reference``), or one backward
+    through another objective's window loss (``core.objectives``)."""
     if objective is None or objective.name == "token":
-        sums = [loss_sum(model(inputs), labels) for inputs, labels in microbatches]
-        loss = sum(sums[1:], sums[0]) / n
-    else:
-        loss = window_loss(objective, [(model(inputs), labels)
-                                       for inputs, labels in microbatches])
-        penalty = objective.window_penalty(model)
-        if penalty is not None:  # once for the window, whatever its microbatches
-            loss = loss + penalty
+        return token_reference(model, microbatches)
+    n = window_tokens(microbatches)
+    model.zero_grad(set_to_none=True)
+    loss = window_loss(objective, [(model(inputs), labels)
+                                   for inputs, labels in microbatches])
+    penalty = objective.window_penalty(model)
+    if penalty is not None:  # once for the window, whatever its microbatches
+        loss = loss + penalty
     loss.backward()
     return flat_grad(model), n, float(loss.detach())
 

@@ -35,6 +35,8 @@ class Verdict(_Word):
     NON_FINITE = "non-finite"
     RANKS_DISAGREE = "ranks disagree"  # the ranks hold different gradients
     NOT_RUN = "not run"  # nothing measured; the row says why
+    # The framework raised while it trained, on every rank: the row names the error.
+    FAILED = "failed"
 
 
 class EmptyOutcome(_Word):
@@ -133,7 +135,7 @@ def classify_inner(gg: float, gr: float, rr: float, tolerance: float) -> Measure
     scale = gr / rr if rr > 0 else 0.0
 
     def distance(s: float) -> float:  # ||g - s g*||
-        return max(gg - 2 * s * gr + s * s * rr, 0.0) ** 0.5
+        return float(max(gg - 2 * s * gr + s * s * rr, 0.0) ** 0.5)
 
     return _judge(distance(1.0), max(rr, 0.0) ** 0.5, scale, distance(scale), tolerance)
 

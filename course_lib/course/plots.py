@@ -6,7 +6,7 @@ so a notebook shows each one exactly once, as the cell's value.
 
 from __future__ import annotations
 
-from pathlib import Path
+import math
 from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
@@ -14,7 +14,6 @@ from matplotlib.patches import Rectangle
 
 from course_lib.core.data import Corpus
 from course_lib.course.style import COLORS, LABELS, rank_color
-from course_lib.reports import logs
 from course_lib.reports.numbers import TINY, err_bound
 
 if TYPE_CHECKING:
@@ -53,10 +52,31 @@ def length_histograms(corpus: Corpus, bands: list[tuple[int, int]],
         ax.stairs(heights, edges, fill=True, color=rank_color(rank), alpha=0.85,
                   label=f"rank {rank}: {lo}-{hi} tokens ({len(mine)} seqs)")
     ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("sequences per length")
+    ax.set_ylabel("sequences per length (bin average)")
     ax.set_title(f"{split} split: one length band per rank")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
     ax.legend(frameon=False, loc="upper center", ncols=2)
+    return fig
+
+
+def label_mask(labels, rank: int = 0) -> Figure:
+    """A microbatch's label cells: supervised tokens in the rank's colour,
+    padding (``IGNORE_INDEX``) in grey; one row per sequence."""
+    from matplotlib.colors import ListedColormap
+
+    from course_lib.core.model import supervised_mask
+
+    mask = supervised_mask(labels).int().numpy()
+    rows, cols = mask.shape
+    fig, (ax,) = _figure(height=2.6)
+    ax.imshow(mask, cmap=ListedColormap(["#d9d9d9", rank_color(rank)]),
+              vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_xlabel(f"label position (0-{cols - 1})")
+    ax.set_ylabel("sequence (row)")
+    ax.set_yticks(range(rows))
+    tokens = int(mask.sum())
+    ax.set_title(f"{rows} x {cols} label cells: {tokens} supervised tokens (colour),"
+                 f" {rows * cols - tokens} padding (grey)")
     return fig
 
 
@@ -84,13 +104,13 @@ def _modes(report: ParityReport) -> list[str]:
 def parity_scatter(report: ParityReport) -> Figure:
     """DDP gradient components against the reference, one panel per mode."""
     sample = report.grad_sample
-    ref = sample["reference"]
+    ref = sample.reference
     modes = _modes(report)
     fig, axes = _figure(len(modes), height=3.8)
     lo, hi = min(ref), max(ref)
     for ax, mode in zip(axes, modes, strict=True):
         ax.plot([lo, hi], [lo, hi], color=COLORS["reference"], lw=1, label="y = x")
-        ax.scatter(ref, sample[mode], s=4, color=COLORS[mode], label=LABELS[mode])
+        ax.scatter(ref, sample.of(mode), s=4, color=COLORS[mode], label=LABELS[mode])
         r = report.modes[mode]
         verdict = "allclose" if r.allclose else f"{r.violations:,} violations"
         ax.set_title(f"{LABELS[mode]}: {verdict}")
@@ -104,10 +124,10 @@ def parity_scatter(report: ParityReport) -> Figure:
 def parity_envelope(report: ParityReport) -> Figure:
     """|DDP - reference| against |reference|, with the allclose envelope."""
     sample = report.grad_sample
-    ref = [abs(x) for x in sample["reference"]]
+    ref = [abs(x) for x in sample.reference]
     fig, (ax,) = _figure(height=3.8)
     for mode in _modes(report):
-        err = [abs(a - b) for a, b in zip(sample[mode], sample["reference"], strict=True)]
+        err = [abs(a - b) for a, b in zip(sample.of(mode), sample.reference, strict=True)]
         exact = sum(e == 0 for e in err)
         label = LABELS[mode] + (f" ({exact} of {len(err):,} exactly 0, drawn at "
                                 f"{ZERO_AT:g})"
@@ -127,87 +147,91 @@ def parity_envelope(report: ParityReport) -> Figure:
     return fig
 
 
-def loss_curves(run_dir: Path, continuous_dir: Path, resume_step: int) -> Figure:
-    """Window loss per token: stopped + resumed run vs the continuous run."""
+ABLATION_COLORS = ["#2166ac", "#e08214", "#8073ac", "#35978f"]
+
+
+def ablation_drift(report: ResumeReport) -> Figure:
+    """Max |param diff| vs the continuous run after each update from the
+    resume on, one line per ablation (log y, clipped to the band the lines
+    fill). Each line is one kind of missing state; the full resume, 0 at
+    every update, is written as text."""
     fig, (ax,) = _figure()
-    cont = logs.loss_curve(continuous_dir)
-    ax.plot(*zip(*cont, strict=True), color=COLORS["continuous"], lw=3, alpha=0.4,
-            label="continuous 0 → end")
-    main = logs.loss_curve(run_dir)
-    before = [(s, v) for s, v in main if s <= resume_step]
-    after = [(s, v) for s, v in main if s > resume_step]
-    if before:
-        ax.plot(*zip(*before, strict=True), color=COLORS["stop"], lw=1.2,
-                label=f"stopped at {resume_step}")
-    if after:
-        ax.plot(*zip(*after, strict=True), color=COLORS["resume"], lw=1.2, ls="--",
-                label=f"resumed from {resume_step}")
-    ax.axvline(resume_step, color="0.6", lw=0.8)
-    ax.annotate("checkpoint", (resume_step, ax.get_ylim()[1]), ha="center",
-                va="top", fontsize=8, color="0.4")
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "D"]
+    shown = []
+    first = report.resumed_from_step + 1
+    for i, (name, a) in enumerate(report.ablations.items()):
+        xs = list(range(first, first + len(a.drift)))
+        ys = [d if d > 0 else float("nan") for d in a.drift]
+        shown += [d for d in a.drift if d > 0]
+        ax.plot(xs, ys, color=ABLATION_COLORS[i % 4], ls=styles[i % 4], lw=1.6,
+                marker=markers[i % 4], ms=3.5, markevery=5, label=name)
+    if shown:
+        ax.set_yscale("log")
+        ax.set_ylim(min(shown) / 1.5, max(shown) * 1.5)
+    if report.identical:
+        ax.text(0.99, 0.03, f"full resume: exactly 0 at step {report.step}",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=9)
     ax.set_xlabel("update")
-    ax.set_ylabel("loss per token (nats)")
-    ax.set_title("Resumed curve lies on the continuous one")
-    ax.legend(frameon=False)
+    ax.set_ylabel("max |param diff| vs continuous run")
+    ax.set_title(f"After the resume at step {report.resumed_from_step}: "
+                 "each missing piece, update by update")
+    # the lines rise from the left: the lower right stays free for the legend
+    ax.legend(frameon=False, fontsize=8, loc="lower right", ncols=2,
+              bbox_to_anchor=(1.0, 0.1))
     return fig
 
 
-def ablations(report: ResumeReport) -> Figure:
-    """Max |param diff| at the last step, full resume vs each ablation."""
-    fig, (ax,) = _figure()
-    names = ["full resume", *report.ablations]
-    diffs = [report.max_abs_param_diff,
-             *(a.max_abs_param_diff for a in report.ablations.values())]
-    floor = 1e-10
-    colors = [COLORS["global_token"] if d == 0 else COLORS["mean_of_means"] for d in diffs]
-    ax.barh(names, [max(d, floor) for d in diffs], color=colors)
-    for y, d in enumerate(diffs):
-        ax.text(max(d, floor) * 1.3, y, "exactly 0" if d == 0 else f"{d:.3g}",
-                va="center", fontsize=9)
-    ax.set_xscale("log")
-    ax.set_xlim(floor / 2, 10)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"max |param diff| vs the continuous run at step {report.step}")
-    ax.set_title("Leave one piece of state out, and the trajectory changes")
-    return fig
-
-
-def evaluation(report: EvaluationReport) -> Figure:
-    """Test loss and accuracy: untrained vs trained, against the floor/ceiling."""
+def evaluation(report: EvaluationReport, vocab: int | None = None) -> Figure:
+    """Test loss and accuracy: untrained vs trained, against the floor/ceiling
+    (and, given ``vocab``, the uniform guess's ln vocab on the loss panel).
+    Neutral greys: green is the course's colour for the token mean."""
     fig, (left, right) = _figure(2)
     u = report.untrained
+    greys = ["#bdbdbd", "#4d4d4d"]  # untrained, trained
     left.bar(["untrained", "trained"], [u.loss_per_token, report.loss_per_token],
-             color=[COLORS["untrained"], COLORS["global_token"]])
+             color=greys)
     left.axhline(report.entropy_floor, color=COLORS["floor"], ls="--",
                  label=f"entropy floor {report.entropy_floor:.3f}")
+    if vocab:
+        left.axhline(math.log(vocab), color="#666666", ls=":", lw=1.5,
+                     label=f"uniform guess ln {vocab} = {math.log(vocab):.3f}")
+        left.set_ylim(0, max(u.loss_per_token, math.log(vocab)) * 1.3)  # room for the legend
     left.set_ylabel("test loss per token (nats)")
-    left.legend(frameon=False)
+    left.legend(frameon=False, loc="upper right")
     right.bar(["untrained", "trained"],
-              [100 * u.token_accuracy, 100 * report.token_accuracy],
-              color=[COLORS["untrained"], COLORS["global_token"]])
-    ceiling = report.extra.get("bayes_accuracy")
+              [100 * u.token_accuracy, 100 * report.token_accuracy], color=greys)
+    ceiling = getattr(report, "bayes_accuracy", None) or report.extra.get("bayes_accuracy")
     if ceiling:
         right.axhline(100 * ceiling, color=COLORS["floor"], ls="--",
-                      label=f"best possible {100 * ceiling:.1f}%")
-        right.legend(frameon=False)
+                      label=f"best possible {100 * ceiling:.2f}%")
+        right.set_ylim(0, 100 * ceiling * 1.25)  # room for the legend
+        right.legend(frameon=False, loc="upper left")
     right.set_ylabel("token accuracy (%)")
     fig.suptitle(f"{report.test_sequences} test sequences, {report.test_tokens:,} tokens")
     return fig
 
 
 def exercise(report: ExerciseReport) -> Figure:
-    """Per scenario: the two means (hand assumption) and the gradient errors."""
+    """Per scenario: the real model's two means of its losses (left) and the
+    largest gradient error of each mode (right): close losses, far gradients."""
     fig, (left, right) = _figure(2)
     names = [sc.name + " " + "/".join(map(str, sc.tokens)) for sc in report.scenarios]
     x = range(len(names))
     for offset, key in ((-0.2, "mean_of_means"), (0.2, "global_token")):
-        values = [sc.mean_of_means if key == "mean_of_means" else sc.global_mean
+        values = [sc.model.mean_of_means if key == "mean_of_means" else sc.model.global_mean
                   for sc in report.scenarios]
         left.bar([i + offset for i in x], values, width=0.4, color=COLORS[key],
                  label=LABELS[key])
+    gaps = [abs(sc.model.mean_of_means - sc.model.global_mean) for sc in report.scenarios]
+    top = max(max(sc.model.mean_of_means, sc.model.global_mean) for sc in report.scenarios)
+    for i, gap in zip(x, gaps, strict=True):
+        left.text(i, top * 1.03, f"gap {gap:.4f}", ha="center", va="bottom", fontsize=8)
+    left.set_ylim(0, top * 1.3)
     left.set_xticks(list(x), names)
-    left.set_ylabel("mean loss per token (hand example)")
-    left.legend(frameon=False, fontsize=8)
+    left.set_ylabel("mean loss per token (nat), real model")
+    left.set_title(f"loss: {max(gaps):.4f} nat apart", fontsize=10)
+    left.legend(frameon=False, fontsize=8, loc="upper left", ncols=2)
     for offset, key in ((-0.2, "mean_of_means"), (0.2, "global_token")):
         errs = [getattr(sc.gradients, key).max_abs_err for sc in report.scenarios]
         right.bar([i + offset for i in x],
@@ -217,6 +241,10 @@ def exercise(report: ExerciseReport) -> Figure:
             if e < TINY:  # rounding level: written as the chapter prints it
                 right.text(i + offset, ZERO_AT * 2, err_bound(e), rotation=90,
                            ha="center", va="bottom", fontsize=8)
+    if any(getattr(sc.gradients, key).max_abs_err < TINY
+           for sc in report.scenarios for key in ("mean_of_means", "global_token")):
+        right.plot([], [], " ", label=f"bars at {ZERO_AT:.0e} (floor): "
+                                      f"|err| {err_bound(0.0)}")
     # Not the pass line: a component passes when |err| <= atol + rtol * |ref|.
     right.axhline(report.atol, color=COLORS["tolerance"], lw=2,
                   label=f"atol = {report.atol:g}; the threshold:\n"
@@ -224,7 +252,12 @@ def exercise(report: ExerciseReport) -> Figure:
     right.set_yscale("log")
     right.set_xticks(list(x), names)
     right.set_ylabel("max |DDP - reference| gradient")
-    right.legend(frameon=False, fontsize=8, loc="center left")
+    worst_err = max((e for sc in report.scenarios
+                     if (e := sc.gradients.mean_of_means.max_abs_err) is not None),
+                    default=report.atol)
+    right.set_title(f"gradient: {worst_err:.1e} off", fontsize=10)
+    right.set_ylim(ZERO_AT / 3, max(worst_err, report.atol) * 1e4)  # room for the legend
+    right.legend(frameon=False, fontsize=8, loc="upper left")
     return fig
 
 
@@ -261,16 +294,20 @@ def bug_matrix(report: BugsReport) -> Figure:
 
     def text(row, check, passed):
         err = row.max_abs_err.get(check)
+        if err is None and not passed and check == "uneven_microbatches":
+            return "hang"  # the step never finished: no gradient to measure
         return ("pass" if passed else "FAIL") if err is None else _short(err)
 
     check_grid(ax, report, names, [f"{n} ({report.steps[n].kind})" for n in names], text)
     ax.set_xlabel("green: passes, magenta: fails; cells show max |err| "
-                  "(exactly 0 is written 0)", fontsize=8)
+                  "(exactly 0 is written 0); hang: the step never finished",
+                  fontsize=8)
     return fig
 
 
 def _short(err: float) -> str:
-    return "0" if err == 0 else f"{err:.0e}"
+    """Below TINY the digits are rounding, which the hardware decides."""
+    return "0" if err == 0 else err_bound(err) if err < TINY else f"{err:.0e}"
 
 
 def framework_matrix(matrix: Matrix) -> Figure:
@@ -284,9 +321,6 @@ def framework_matrix(matrix: Matrix) -> Figure:
     from matplotlib.colors import Normalize
 
     from course_lib.core.verdicts import Verdict
-    from course_lib.frameworks.candidates import CANDIDATES
-
-    formula = {c.name: c.formula.split(":")[0] for c in CANDIDATES}
     models = list(matrix.models)
     keys: dict[tuple, dict[str, MatrixRow]] = {}
     for r in matrix.rows:
@@ -310,7 +344,7 @@ def framework_matrix(matrix: Matrix) -> Figure:
             err = math.log10(max(cell.relative_error, 1e-9))
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(norm(err))))
             text = str(Verdict.RANKS_DISAGREE) if cell.verdict == Verdict.RANKS_DISAGREE else \
-                formula.get(cell.matches or "", "?")
+                (cell.matches or "?")
             ax.text(j, i, f"{text}  ({cell.relative_error:.0e})", ha="center",
                     va="center", fontsize=7, color="white" if norm(err) > 0.6 else "black")
     ax.set_xlim(-0.5, len(models) - 0.5)
@@ -328,14 +362,69 @@ def framework_matrix(matrix: Matrix) -> Figure:
 def unit_weights(lengths: list[int], weights: dict[str, list[float]]) -> Figure:
     """Each sequence's per-token weight, times N (1 is the token mean's),
     against its supervised length, one series per objective."""
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
     fig, (ax,) = _figure(height=3.6)
     markers = dict(zip(weights, "os^Dv", strict=False))
+    # chapter 01's code: the token mean green; the sequence mean orange
+    colors = {"token": COLORS["global_token"], "sequence": "#e08214",
+              "weighted": COLORS["stop"]}
     for name, ws in weights.items():
-        ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name)
+        ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name,
+                   color=colors.get(name, COLORS["reference"]))
     ax.axhline(1.0, color=COLORS["tolerance"], lw=1)
     ax.set_yscale("log")
+    ticks = [t for t in (0.25, 0.5, 0.6, 1, 2, 4, 8)
+             if min(min(ws) for ws in weights.values()) * 0.9 <= t
+             <= max(max(ws) for ws in weights.values()) * 1.1]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("supervised tokens in the sequence")
     ax.set_ylabel("weight of each of its tokens x N")
     ax.set_title("Per-sequence normalization gives short sequences' tokens more weight")
     fig.legend(frameon=False, loc="outside lower center", ncols=len(weights), fontsize=8)
+    return fig
+
+
+def ddp_step() -> Figure:
+    """One DDP step on two ranks: each rank's forward and backward on its own
+    share, one all_reduce of the ``.grad`` divided by W, the same step."""
+    from matplotlib.patches import FancyBboxPatch
+
+    fig, (ax,) = _figure(height=3.6)
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 4.4)
+    ax.axis("off")
+
+    def box(x, y, w, h, text, color, fill="white"):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05",
+                                    fc=fill, ec=color, lw=1.6))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5)
+
+    def arrow(x0, y0, x1, y1, color="0.3"):
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                    arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.2})
+
+    steps = [(0.1, "its own share\nof the window"),
+             (1.75, "forward:\nloss of its tokens"),
+             (3.4, "backward:\nfills .grad")]
+    rows = {0: 3.0, 1: 0.5}  # y of each rank's row
+    for rank, y in rows.items():
+        color = rank_color(rank)
+        ax.text(0.1, y + 1.05, f"rank {rank}: a full replica", color=color,
+                fontsize=9, fontweight="bold")
+        for i, (x, text) in enumerate(steps):
+            box(x, y, 1.35, 0.8, text, color)
+            if i:
+                arrow(x - 0.3, y + 0.4, x - 0.05, y + 0.4)
+        arrow(4.8, y + 0.4, 5.25, y + 0.4)
+        arrow(7.35, y + 0.4, 7.8, y + 0.4)
+        box(7.85, y, 1.95, 0.8, "opt.step():\nthe same step", color)
+    grey = COLORS["reference"]
+    box(5.3, 0.5, 2.0, 3.3, "all_reduce\nof .grad / W\n\neach rank gets\nthe sum:\n"
+        "the average", grey, fill="#f0f0f0")
+    ax.text(8.8, 2.25, "the replicas\nstay equal", ha="center", va="center",
+            fontsize=8.5, color=grey, style="italic")
+    ax.set_title("One DDP step on two ranks (W = 2)")
     return fig

@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any
 
 from course_lib.core import paths
+from course_lib.core.verdicts import Verdict as Measured
 from course_lib.course.edition import tr
 
 
@@ -175,6 +176,11 @@ REFERENCE_FREE = ("accumulation_invariance", "world_size_invariance",
                   "permutation_invariance", "no_sync")
 # 05 bug_lab: what a step does when the ranks make different numbers of microbatches
 UNEVEN_OUTCOMES = ("right gradient", "wrong gradient", "hang")
+# 05 bug_lab: why padding_counted passes world_size_invariance
+PADDING_W_CANCELS = "W cancels in W * S_r / N' as in the rule"
+PADDING_SAME = "every W forms the same microbatches"
+PADDING_AVERAGED = "DDP's mean averages the padding away"
+PADDING_SMALL = "N' is too close to N to be seen"
 
 
 def _representative() -> tuple[str, ...]:
@@ -207,7 +213,8 @@ def _candidate_names() -> tuple[str, ...]:
 
 
 # 08: the candidates collinear with the token mean within a window (c g*)
-_SCALED_FORMULAS = ("counted before the shift", "exact without 1/M", "exact times 1/W")
+_SCALED_FORMULAS = ("counted before the shift", "token mean without 1/M",
+                    "token mean times 1/W")
 
 
 def _trainer_verdict(model: str) -> str:
@@ -221,10 +228,11 @@ def _trainer_verdict(model: str) -> str:
         raise FileNotFoundError("transformers is not installed")
     formula = expected("hf", version, model, {"average_tokens_across_devices": True})
     if formula is None:  # 4.46.2: no_sync inverted
-        return "ranks disagree"
-    if formula == "exact":
-        return "exact"
-    return "uniformly scaled" if formula in _SCALED_FORMULAS else "biased"
+        return Measured.RANKS_DISAGREE.value
+    if formula == "token mean":
+        return Measured.EXACT.value
+    scaled = formula in _SCALED_FORMULAS
+    return (Measured.SCALED if scaled else Measured.BIASED).value
 
 
 @cache
@@ -243,8 +251,9 @@ def _length_bias(world_size: int = 2) -> float:
 
 
 @cache
-def _documents(width: int, world_size: int = 2) -> int:
-    """The documents of the parity window, packed into rows of ``width`` tokens."""
+def _document_weight_ratio(width: int, world_size: int = 2) -> float:
+    """09: under rows_as_documents (the sequence rule on packed rows of
+    ``width``), the parity window's heaviest document over its lightest."""
     from course_lib.core import objectives
     from course_lib.core.data import collate, parity_window
     from course_lib.course.api import corpus, load_config
@@ -253,23 +262,33 @@ def _documents(width: int, world_size: int = 2) -> int:
     cfg = load_config()
     data = corpus(cfg)
     packing = packing_of(cfg, width)
-    return sum(objectives.documents(collate(data, ids, packing=packing)[1])[1]
-               for rank in parity_window(cfg, data, world_size) for ids in rank)
+    labels = [collate(data, ids, packing=packing)[1]
+              for rank in parity_window(cfg, data, world_size) for ids in rank]
+    weights = objectives.token_weights(objectives.parse("sequence"), labels)
+    found = []
+    for w, lb in zip(weights, labels, strict=True):
+        doc_of, n_docs = objectives.documents(lb)
+        found += [float(w[doc_of == d].sum()) for d in range(n_docs)]
+    return max(found) / min(found)
 
 
-def _window_bias(step: int, per_token: tuple[float, ...]) -> float:
-    """Mean of means - token mean on window ``step`` of the 2-rank plan, when
-    every supervised token of rank r has the loss ``per_token[r]``."""
+def _largest_window_bias(per_token: tuple[float, ...]) -> float:
+    """The largest mean of means - token mean over the windows of the 2-rank
+    plan, when every supervised token of rank r has the loss ``per_token[r]``."""
     from course_lib.core import arithmetic
     from course_lib.core.data import make_plan
     from course_lib.course.api import corpus, load_config
 
     cfg = load_config()
     data = corpus(cfg)
-    window = make_plan(cfg.with_world_size(2), data, 2)[step]
-    counts = [sum(len(data.sequences[i]) - 1 for mb in rank for i in mb) for rank in window]
-    sums = [n * x for n, x in zip(counts, per_token, strict=True)]
-    return arithmetic.mean_of_means(sums, counts) - arithmetic.global_mean(sums, counts)
+    biases = []
+    for window in make_plan(cfg.with_world_size(2), data, 2):
+        counts = [sum(len(data.sequences[i]) - 1 for mb in rank for i in mb)
+                  for rank in window]
+        sums = [n * x for n, x in zip(counts, per_token, strict=True)]
+        biases.append(arithmetic.mean_of_means(sums, counts)
+                      - arithmetic.global_mean(sums, counts))
+    return max(biases)
 
 
 def _explorer_balance(world_size: int) -> int:
@@ -366,7 +385,7 @@ def _atol_to_pass(report) -> float:
     mean-of-means component passes allclose."""
     s = report.grad_sample
     return max(abs(m - r) - report.rtol * abs(r)
-               for m, r in zip(s["mean_of_means"], s["reference"], strict=True))
+               for m, r in zip(s.mean_of_means, s.reference, strict=True))
 
 
 @cache
@@ -391,14 +410,6 @@ def _padding(world_size: int) -> int:
     return sum(max(counts) - c for c in counts)
 
 
-def _join_left(max_tokens: int) -> float:
-    """05: under join_every_microbatch at W = 2, the share of what both ranks
-    synced that is left in the longer rank's gradient: each of its syncs
-    after the other rank ran out averages its whole .grad with zeros."""
-    counts = _uneven_counts(max_tokens, 2)
-    return 0.5 ** (max(counts) - min(counts))
-
-
 def _join_alone_scale() -> float:
     """05: rank 1's scale along the reference when Join divides by the ranks
     still running. Rank 0 holds A, what was synced when it ran out; rank 1
@@ -419,34 +430,23 @@ def _join_alone_scale() -> float:
 
 
 def _reseeded_window(update: int) -> Callable[[Any], int]:
-    """06: the window (from 0) the re-seeded sampler draws for ``update``; the
-    report counts windows from 1. A checkpoint saved after the re-seeding
-    keeps the re-seeded sampler, so a full resume from it goes on counting."""
+    """06: the window (from 0) the re-seeded sampler draws for ``update``. A
+    checkpoint saved after the re-seeding keeps the re-seeded sampler, so a
+    full resume from it goes on counting."""
     def get(r) -> int:
-        first = r.ablations["sampler_from_seed"].first_window_after_resume - 1
+        first = r.ablations["sampler_from_seed"].first_window_after_resume
         return first + update - (r.resumed_from_step + 1)
     return get
 
 
-# 07 evaluation: the logged values a learner predicts, as rows of the committed
-# data/frameworks-logging.json (framework, what is logged, mode; the Llama model).
-LOGGED: dict[str, tuple[str, str, str]] = {
-    "HF train loss": ("hf", "train loss", "average_tokens_across_devices=True"),
-    "HF eval_loss": ("hf", "eval_loss", "average_tokens_across_devices=True"),
-    "accelerate gather_for_metrics(loss)": ("accelerate", "eval loss",
-                                            "gather_for_metrics(loss)"),
-    "Lightning on_step": ("lightning", "train loss, first step",
-                          "on_step=True, sync_dist=True"),
-}
+def _hf_train_loss() -> float:
+    """07: the Trainer's logged training loss on the skewed window, with
+    average_tokens_across_devices, as the committed data/frameworks-logging.json
+    measured it (the Llama model)."""
+    from course_lib.jobs.frameworks_logging import LoggingData
 
-
-def _logged_token_means() -> list[str]:
-    """07: the options of LOGGED whose measured value is the token mean."""
-    from course_lib.jobs.frameworks_logging import TOKEN_MEAN, LoggingData
-
-    run = LoggingData.committed().run
-    return [name for name, key in LOGGED.items()
-            if run.row(*key, model="llama").verdict == TOKEN_MEAN]
+    return LoggingData.committed().run.row(
+        "hf", "train loss", "average_tokens_across_devices=True", model="llama").value
 
 
 def _train_log(first: int, last: int) -> list[dict[str, Any]]:
@@ -469,10 +469,31 @@ def _logged_token_mean(first: int, last: int) -> float:
     return sum(r["local_loss_sum"] for r in lines) / sum(r["local_tokens"] for r in lines)
 
 
-def _logged_rank_means(step: int) -> float:
-    """07: the mean of the ranks' own means S_r / N_r at update ``step``."""
-    lines = _train_log(step, step)
-    return sum(r["local_loss_sum"] / r["local_tokens"] for r in lines) / len(lines)
+@cache
+def _repeats_kept_loss(world_size: int) -> float:
+    """07: the test loss per token of the chapters' step-100 model on
+    ``world_size`` ranks, the ranks' [loss sum, tokens, correct] added with
+    DistributedSampler's repeats kept."""
+    import torch
+
+    from course_lib.core import checkpoint
+    from course_lib.core.evaluate import score, shard
+    from course_lib.core.model import build_model
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    final = checkpoint.step_dir(paths.default_out("course"), cfg.train.updates)
+    if not final.is_dir():
+        raise FileNotFoundError(tr("run chapter 06 first: no training log yet"))
+    model = build_model(cfg)
+    model.load_state_dict(checkpoint.load_params(final))
+    test = data.splits["test"]
+    total = torch.zeros(3, dtype=torch.float64)
+    for rank in range(world_size):
+        positions, _ = shard(len(test), world_size, rank)
+        total += score(model, data, [test[p] for p in positions]).totals()
+    return float(total[0] / total[1])
 
 
 def _stationary_entropy() -> float:
@@ -490,24 +511,6 @@ def _test_targets(count: int) -> int:
 
     data = corpus(load_config())
     return sum(len(data.sequences[i]) - 1 for i in data.splits["test"][:count])
-
-
-def _drop_last_targets(world_size: int) -> int:
-    """07: the next-token targets DistributedSampler(drop_last=True) hands
-    the ranks of the test split, all together: read from the sampler itself."""
-    from torch.utils.data import DistributedSampler
-
-    from course_lib.course.api import corpus, load_config
-
-    data = corpus(load_config())
-    test = data.splits["test"]
-    kept: list[int] = []
-    for rank in range(world_size):
-        sampler: DistributedSampler[int] = DistributedSampler(
-            range(len(test)), num_replicas=world_size, rank=rank,  # type: ignore[arg-type]
-            shuffle=False, drop_last=True)
-        kept += sampler
-    return sum(len(data.sequences[test[i]]) - 1 for i in kept)
 
 
 def _shard_size(world_size: int) -> int:
@@ -544,12 +547,16 @@ QUESTIONS: dict[str, Question] = {
         "the counts do not move the mean of means; find the count that brings "
         "the global mean to it"),
     "mean_of_means.3": Question(
-        "Four ranks hold 4, 16, 30 and 50 tokens. Under the mean of means, one "
-        "rank-0 token weighs how many times what it weighs under the global "
-        "mean? Derive it, then check with arithmetic.token_weights.",
-        "number", 6.25,
-        "write one rank-0 token's weight under each mean: W, N_0 and N are "
-        "all you need"),
+        "Four ranks share N = 100 tokens. How many tokens must a rank hold for "
+        "one of its tokens to weigh exactly 5 times its global weight under the "
+        "mean of means?", "number", 5,
+        "write one token's weight under each mean, 1/(W N_r) and 1/N; their "
+        "ratio is the factor asked for: solve for N_r"),
+    "mean_of_means.predict_gradient": Question(
+        "From the two ranks' gradients printed above: the first component of "
+        "the gradient of the mean over all 48 tokens?", "number", -0.0625,
+        "weight each rank's first component by its share of the tokens, "
+        "as for the losses", abs_tol=1e-3),
     # the theta example: same loss, different gradient
     "mean_of_means.predict_theta_mom": Question(
         "Theta example: at which theta is the mean-of-means gradient zero?",
@@ -560,10 +567,19 @@ QUESTIONS: dict[str, Question] = {
     "mean_of_means.4": Question(
         "Theta example, rank 1 keeps its 36 targets -1: how many targets +1 "
         "must rank 0 hold for the global gradient to vanish at theta = -0.2? "
-        "Derive it, then check with widgets.ThetaExplorer(counts=(n, 36)).",
+        "Derive n, then check it with widgets.ThetaExplorer(theta=-0.2, "
+        "counts=(n, 36)), or without a kernel widgets.theta_state(-0.2, "
+        "counts=(n, 36)).",
         "number", lambda: _targets_for_optimum(-0.2),
         "where the global gradient vanishes, theta is the token-weighted "
         "average of the targets"),
+    "mean_of_means.5": Question(
+        "Theta example: rank 0 keeps its 12 targets +1; rank 1 holds 36 "
+        "targets, 18 of them -1 and 18 equal to t. Which t makes the two "
+        "ranks' gradients equal at every theta? Set it in the cell and run "
+        "it: the losses differ, the gradients agree.", "number", 3.0,
+        "a rank's gradient, 2 (theta - its mean target), depends on its "
+        "targets only through their mean"),
     # 02 data and plan
     "data_and_plan.predict_ratio": Question(
         "Both ranks draw the same number of sequences per window, rank 0 from "
@@ -580,16 +596,19 @@ QUESTIONS: dict[str, Question] = {
         "Count the targets of each row, then pad to the longer one",
         options=("2 x 3 and 5", "2 x 3 and 3", "2 x 2 and 4", "2 x 2 and 3")),
     "data_and_plan.1": Question(
-        "Step 0's window, with a made-up loss: every supervised token of rank 0 "
-        "has loss 2.0, every token of rank 1 has loss 1.0. What is the mean of "
-        "means minus the global token mean? Derive it from the window's token "
-        "counts.", "number", lambda: _window_bias(0, (2.0, 1.0)),
-        "the mean of means gives each rank half the say; the token mean gives "
-        "rank r its share of the window's tokens, N_r / N", rel_tol=0.01),
+        "A made-up loss: in every window, each supervised token of rank 0 has "
+        "loss 2.0 and each token of rank 1 has loss 1.0. In which of the plan's "
+        "windows is the mean of means furthest above the global token mean, and "
+        "by how much? Answer the largest gap, computed from the plan's token "
+        "counts (per_window).", "number", lambda: _largest_window_bias((2.0, 1.0)),
+        "write the gap with N_0 / N: the mean of means gives each rank half the "
+        "say, the token mean gives rank r its share N_r / N. Which window "
+        "gives rank 0 the smallest share?", rel_tol=0.01),
     "data_and_plan.2": Question(
-        "Sequences of lengths 10, 20 and 30 padded into one microbatch: how "
-        "many label cells does it have?", "number", 87,
-        "rows times the widest row's number of targets"),
+        "Sequences of lengths 10, 20 and 30 go through data.collate as one "
+        "microbatch: what fraction of its label cells is padding?", "number",
+        30 / 87, "count the label cells (rows times the widest row's targets), "
+        "then the supervised ones (each row's targets)", rel_tol=0.01),
     "data_and_plan.3": Question(
         "Suppose N counted len(sequence) per sequence instead of its supervised "
         "positions. On step 0's window (both ranks), by what factor would the "
@@ -697,15 +716,23 @@ QUESTIONS: dict[str, Question] = {
         "two weights still agree when the counts differ by one?",
         options=("yes", "no")),
     "ddp_parity.4": Question(
-        "A third rank joins the skewed scenario (12 and 36 tokens), but its "
-        "microbatch holds no supervised token (all prompt); it runs its forward "
-        "and backward like the others. Under the mean of means it backprops S_2 "
-        "/ N_2 = 0 / 0, a NaN loss. After DDP's sync, the gradient every rank "
-        "holds is what multiple of the two-rank mean of means' gradient?",
-        "choice", "2/3",
-        "the loss is NaN, but what does rank 2's .grad hold? Run the commented "
-        "lines; then write what DDP sums and what it divides by",
-        options=("NaN", "0", "2/3", "1")),
+        "Two ranks join the skewed scenario (12 and 36 tokens), so W = 4, but "
+        "their microbatches hold no supervised token (all prompt); they run "
+        "their forward and backward like the others. Under the mean of means, "
+        "after DDP's sync, what multiple of its due weight 1 / N does a rank-1 "
+        "token get?", "number", 1 / 3,
+        "an empty rank's loss is 0 / 0 = NaN, but what does its .grad hold? Run "
+        "the commented lines; then write what DDP sums, what it divides by, and N",
+        rel_tol=0.01),
+    "ddp_parity.5": Question(
+        "Break the by-hand script: move its forward, s = loss_sum(model, "
+        "inputs, labels), out of the with block, so that no_sync() wraps only "
+        "the scaling and loss.backward(). On the same two ranks, what does the "
+        "broken script print for global_token? Predict, then run it.",
+        "choice", "PASS",
+        "DDP arms a backward's sync during the forward: which microbatches now "
+        "sync, and does averaging again a part that every rank already holds "
+        "alike change it?", options=("PASS", "FAIL", "the job hangs")),
     # 05 the bug lab
     "bug_lab.predict_no_sync_backward_only": Question(
         "On the uneven layout (rank 1 makes more microbatches than rank 0), "
@@ -718,8 +745,9 @@ QUESTIONS: dict[str, Question] = {
         "The same layout, no no_sync() at all, and the loop wrapped in Join: "
         "the right gradient, a wrong gradient, or hang?", "choice",
         "wrong gradient",
-        "once rank 0 is out of microbatches, it answers rank 1's all-reduces with "
-        "zeros: does rank 0 ever receive rank 1's last microbatches?",
+        "follow both ranks after rank 0 runs out: does rank 0 ever receive rank "
+        "1's last microbatches, and what does each of rank 1's extra syncs do to "
+        "what was synced before?",
         options=UNEVEN_OUTCOMES),
     "bug_lab.predict_count_never_reset": Question(
         "A token count never reset between windows: which checks catch it?",
@@ -756,41 +784,42 @@ QUESTIONS: dict[str, Question] = {
         options=_check_names),
     "bug_lab.4": Question(
         "Join([model], divide_by_initial_world_size=False) divides each sync "
-        "by the ranks still running instead of by W. Put your my_step_fixed's "
-        "for loop, without no_sync(), inside that Join (the count's all-reduce "
-        "and the scaling stay after it), audit it with "
-        "[\"uneven_microbatches\"], and project each rank's saved gradient on "
-        "the reference as the chapter does. Derive it first from rank 0's "
-        "scale: what is rank 1's scale?", "number", _join_alone_scale,
+        "by the ranks still running instead of by W. Derive: with your "
+        "my_step_fixed's for loop inside that Join, without no_sync() (the "
+        "count's all-reduce and the scaling after it), what is rank 1's scale, "
+        "from rank 0's? Then run: audit it with [\"uneven_microbatches\"] and "
+        "project each rank's saved gradient on the reference, as the chapter "
+        "does.", "number", _join_alone_scale,
         "rank 0 keeps A, what was synced when it ran out; rank 1 then adds its "
         "last three microbatches alone, divided by 1, where the reference "
         "divides every microbatch by W: write both ranks and the reference "
         "from A and those three", rel_tol=1e-3),
     "bug_lab.5": Question(
-        "With a token budget of 256 padded tokens instead of 384, "
-        "join_every_microbatch at W = 2: what share of what the two ranks had "
-        "synced when rank 0 ran out is left in rank 1's final gradient?",
-        "number", lambda: _join_left(256),
-        "count each rank's microbatches with uneven_layout(window, corpus, 256), "
-        "then follow rank 1's syncs after rank 0 ran out: each one averages its "
-        "whole gradient with zeros", rel_tol=1e-6),
+        "padding_counted divides by N', every label position of the padded "
+        "microbatches, instead of N. It fails accumulation_invariance and "
+        "permutation_invariance, yet passes world_size_invariance. Why?",
+        "choice", PADDING_SAME,
+        "its gradient is the reference times N / N': for the check to see it, "
+        "N' must change with W. Which microbatches does world_size_layout form "
+        "at W = 1, 2 and 4, with 8 sequences each?",
+        options=(PADDING_W_CANCELS, PADDING_SAME, PADDING_AVERAGED, PADDING_SMALL)),
     # 06 checkpoint and resume
     "checkpoint_resume.predict": Question(
         "Which of the five resumes change the parameters at step 100?",
         "choices",
-        ("weights_only", "no_optimizer_state", "sampler_from_seed", "no_rng_state"),
+        ("model_only", "no_optimizer_state", "sampler_from_seed", "no_rng_state"),
         "for each piece, ask whether the updates after step 50 read it",
-        options=("weights_only", "no_optimizer_state", "sampler_from_seed",
+        options=("model_only", "no_optimizer_state", "sampler_from_seed",
                  "no_rng_state", "other Python RNG states")),
     "checkpoint_resume.1": Question(
         "Set the model's dropout to 0 and SGD's momentum to 0 "
         "(dataclasses.replace on cfg.model and cfg.train), then run "
         "stop_and_continuous and resume_check in a scratch folder: which "
         "ablations still change the parameters at step 100?", "choices",
-        ("weights_only", "sampler_from_seed"),
+        ("model_only", "sampler_from_seed"),
         "which piece of state did only the dropout masks read, and which one "
         "only the momentum? what does each ablation leave out?",
-        options=("weights_only", "no_optimizer_state", "sampler_from_seed",
+        options=("model_only", "no_optimizer_state", "sampler_from_seed",
                  "no_rng_state")),
     "checkpoint_resume.2": Question(
         "A run resumes from step 50 with its sampler re-seeded, as in "
@@ -810,15 +839,13 @@ QUESTIONS: dict[str, Question] = {
         "at that moment, what is each folder called, and which names does "
         "latest_valid look at?"),
     "checkpoint_resume.4": Question(
-        "Copy step-0025 and step-0050 of the run's checkpoints/ into "
-        "scratch/checkpoints/. In the copy of step-0050, delete rank-01.pt "
-        "and remove its entry from manifest.json, so that the manifest lists "
-        "exactly the files in the folder, each with its right sha256. Which "
-        "checkpoint does checkpoint.latest_valid(scratch) return?", "choice",
-        "step-0025",
-        "the manifest and the folder agree; read the rest of verify: what "
-        "else does it ask of the files the manifest lists?",
-        options=("step-0025", "step-0050", "none")),
+        "The run saves a checkpoint every 25 updates (checkpoint_every) and is "
+        "killed during update 73. A new job resumes from what "
+        "checkpoint.latest_valid returns. How many of the updates that the "
+        "killed job had finished does the new job compute again?", "number", 22,
+        "which step-NNNN folders exist when update 73 starts? the new job's "
+        "first update is the one after that step; the killed job had finished "
+        "every update before 73."),
     # 07 evaluation
     "evaluation.predict_spread": Question(
         "Averaged over the test tokens, how does the trained model's spread "
@@ -835,11 +862,15 @@ QUESTIONS: dict[str, Question] = {
         "which positions does the sampler deal twice (the cell above), and "
         "how many next-token targets does each of those sequences hold?"),
     "evaluation.predict_logging": Question(
-        "On the skewed window (2 ranks, a Llama-class model, each framework "
-        "with its defaults), which logged values equal the token mean?",
-        "choices", _logged_token_means,
-        "for each one, ask what is averaged over the ranks or the batches: "
-        "sums and counts, or means?", options=tuple(LOGGED)),
+        "The skewed window, 2 ranks: rank 0's microbatches hold N_0 = 31 "
+        "tokens with loss sum S_0 = 180.32, rank 1's N_1 = 56 tokens with "
+        "S_1 = 351.07. With average_tokens_across_devices=True, every rank's "
+        "num_items_in_batch is 87, the window's tokens over both ranks. "
+        "Following the three lines above, what training loss does the Trainer "
+        "log?", "number", _hf_train_loss,
+        "what does each rank hold once its loss, S_r / 87, is multiplied by "
+        "loss_scale = 2? and what does .mean() over the gathered ranks then "
+        "do with that 2?", rel_tol=2e-3),
     "evaluation.predict_shard": Question(
         "The test split holds 256 sequences. On 3 ranks, how many sequences "
         "does DistributedSampler (drop_last=False) hand each rank?", "number",
@@ -853,20 +884,26 @@ QUESTIONS: dict[str, Question] = {
         "do the ten windows hold the same number of tokens? and what does each "
         "line's loss divide by?", rel_tol=1e-4),
     "evaluation.2": Question(
-        "Suppose the course's train loop logged each rank's own mean S_r / N_r "
-        "with Lightning's self.log(..., on_step=True, sync_dist=True). From the "
-        "two ranks' log lines of update 80, what would it show?", "number",
-        lambda: _logged_rank_means(80),
-        "what does on_step with sync_dist do with the ranks' values, and what is "
-        "each rank's value here?", rel_tol=1e-4),
+        "Do the evaluation job's sum yourself, on 5 ranks, in this process: "
+        "for each rank r, score the test sequences at the positions "
+        "DistributedSampler(range(256), num_replicas=5, rank=r, shuffle=False) "
+        "hands it, with course_lib.evaluation_job.score, and add the five "
+        "ranks' scores.totals() (the [loss sum, token count, right predictions] "
+        "that one all_reduce adds up), the sampler's repeats kept. What loss "
+        "per token do the sums give?", "number", lambda: _repeats_kept_loss(5),
+        "which positions does the sampler repeat on 5 ranks? Drop them and you "
+        "should get the one-process value back; keep them and they count twice",
+        rel_tol=1e-4),
     "evaluation.3": Question(
-        "Evaluate the test split on 3 ranks with "
-        "DistributedSampler(..., drop_last=True) instead of the default: how "
-        "many test tokens do the ranks' token counts add up to?", "number",
-        lambda: _drop_last_targets(3),
-        "list each rank's positions with drop_last=True, as the cell that "
-        "printed them did: which sequence does no rank get, and how many "
-        "next-token targets does it hold?", rel_tol=1e-5),
+        "Lightning, self.log(\"loss\", loss, on_epoch=True, sync_dist=True, "
+        "batch_size=<the batch's tokens>), one step per epoch on 4 ranks whose "
+        "batches hold 30, 31, 33 and 35 tokens: the logged epoch value is the "
+        "token mean of the four batches times what factor?", "number",
+        129 / 128,
+        "follow the Lightning lines the chapter prints: each rank adds "
+        "value * batch_size and batch_size; the sync averages both over the "
+        "ranks. Which of the two is an integer tensor, and what does copy_ keep "
+        "of 129 / 4?", rel_tol=1e-5),
     "evaluation.4": Question(
         "A model that ignores the current token and always predicts the "
         "source's stationary distribution (corpus.source.stationary): what is "
@@ -891,15 +928,17 @@ QUESTIONS: dict[str, Question] = {
         "backprop and reduction pairs give W * S / N after DDP's average?",
         options=_representative),
     "framework_audit.predict_gpt2": Question(
-        "A GPT-2 built from its config has loss_type None. In the live run, "
-        "your installed Trainer trains it with average_tokens_across_devices "
-        "on: what will the audit say of its gradient, against the token mean?",
+        "A GPT-2 built from its config has loss_type None, and its forward "
+        "takes **kwargs. In the live run, your installed Trainer trains it with "
+        "average_tokens_across_devices on: within the audited window, what will "
+        "the audit say of its gradient, against the token mean?",
         "choice",
         lambda: _trainer_verdict("gpt2"),
         "with loss_type None, does _loss_shifts_labels hold, and which labels "
         "does the count take then? Is the factor that follows the same for "
         "every token of the window?",
-        options=("exact", "uniformly scaled", "biased", "ranks disagree")),
+        options=tuple(v.value for v in (Measured.EXACT, Measured.SCALED,
+                                          Measured.BIASED, Measured.RANKS_DISAGREE))),
     "framework_audit.1": Question(
         "A GPT-2 on transformers >= 5.10.1 with average_tokens_across_devices "
         "on. Window A: 16 rows, all supervised from their first label, N = 1,000 "
@@ -910,12 +949,21 @@ QUESTIONS: dict[str, Question] = {
         "each window's update is scaled by its own N / (N + R): count R in each "
         "window first", rel_tol=1e-6),
     "framework_audit.2": Question(
-        "A Llama on transformers 4.50, a version the matrix never ran; the "
-        "config leaves average_tokens_across_devices at its default. Which "
-        "formula does the gradient match?", "choice",
-        lambda: _default_flag_formula("4.50.0", "llama"),
-        "first: what was the flag's default before 4.54? Then: does 4.50 "
-        "count the labels before or after the shift?", options=_candidate_names),
+        "Your own collator shifts the labels itself, as chapter 02's does: "
+        "labels = input_ids[:, 1:], padded with -100 at the end of each row. "
+        "You pass it to the installed Trainer with a Llama, "
+        "average_tokens_across_devices on. From the lines printed in this "
+        "chapter, for a row of L labels all supervised: how many does the count "
+        "take, how many targets does the loss train, and which token does "
+        "position t learn?", "choice",
+        "L - 2 counted; L - 2 targets; t learns token t + 2",
+        "the model's loss shifts whatever labels it gets (_loss_shifts_labels "
+        "is True for a Llama), and the count takes labels[..., 1:]: apply both "
+        "to labels that are already shifted once",
+        options=("L - 1 counted; L - 1 targets; t learns token t + 1",
+                 "L - 2 counted; L - 2 targets; t learns token t + 2",
+                 "L - 1 counted; L - 2 targets; t learns token t + 2",
+                 "L - 2 counted; L - 1 targets; t learns token t + 1")),
     "framework_audit.3": Question(
         "my_trainer.py also defines make_mean_trainer, whose compute_loss "
         "returns the model's own mean loss. Derive it from the Trainer's lines "
@@ -930,8 +978,9 @@ QUESTIONS: dict[str, Question] = {
         "the model accepts loss kwargs and a count was made? And DDP averages "
         "the W ranks.", rel_tol=1e-6),
     "framework_audit.4": Question(
-        "transformers 5.24.0 documents a class attribute, "
-        "Trainer.loss_is_scaled_for_ga, that tells training_step whether the "
+        "The installed transformers has a class attribute, "
+        "Trainer.loss_is_scaled_for_ga (the ÷ M skipped? lines printed in this "
+        "chapter), that tells training_step whether the "
         "loss compute_loss returns is already scaled for gradient accumulation; "
         "None, the default, lets it decide as the lines printed in this chapter "
         "do. Subclass MeanLossTrainer with loss_is_scaled_for_ga = False. Before "
@@ -982,15 +1031,14 @@ QUESTIONS: dict[str, Question] = {
                  "grpo biased; dr_grpo exact; dapo scaled",
                  "grpo exact; dr_grpo biased; dapo exact")),
     "choose_the_unit.1": Question(
-        "W = 2, the sequence objective: rank 0 holds 18 sequences, rank 1 holds "
-        "4. Each rank divides its sum of sequence means by its own count of "
-        "sequences, and DDP averages the two ranks. A rank-1 sequence then "
-        "weighs how many times what the sequence mean gives it? (Chapter 01's "
-        "derivation, with the sequence for the token.)", "number",
-        22 / 8,
-        "the sequence mean gives every sequence 1 / K; what does a rank-1 "
-        "sequence get once its rank divides by its own count and DDP by W?",
-        rel_tol=1e-6),
+        "W = 2, the weighted objective: the class weights of rank 0's supervised "
+        "tokens sum to 2,100, rank 1's to 600. Each rank divides its weighted "
+        "loss sum by its own sum of weights, and DDP averages the two ranks. A "
+        "rank-1 token then weighs how many times what the weighted mean gives "
+        "it?", "number", 2700 / 1200,
+        "the weighted mean gives a token of class weight w the weight w / (sum "
+        "of every weight); what does it get once its rank divides by its own "
+        "sum and DDP by W?", rel_tol=1e-6),
     "choose_the_unit.2": Question(
         "Dr. GRPO divides the step's loss sum by a constant C: the optimizer "
         "step's number of completions times the maximum completion length. A "
@@ -1022,33 +1070,59 @@ QUESTIONS: dict[str, Question] = {
         "the generation batch holds both steps' tokens: what does step 1 divide "
         "by, and what would its own token mean divide by?", rel_tol=1e-6),
     "choose_the_unit.5": Question(
-        "Pack the parity window into rows of 256 tokens instead of 128 "
-        "(document:256): how many documents does it hold, over both ranks?",
-        "number", lambda: _documents(256),
-        "collate every microbatch of both ranks with packing_of(cfg, 256) and "
-        "count the documents of each with objectives.documents", rel_tol=0),
+        "The chapter's packed window (document:128), under rows_as_documents "
+        "(the sequence rule, each row one sequence): the heaviest document of "
+        "the window weighs how many times the lightest (a document's weight: "
+        "the sum of its tokens' weights)? The document objective makes it 1.",
+        "number", lambda: _document_weight_ratio(128), "collate every "
+        "microbatch of both ranks with packing, weigh the tokens with "
+        "objectives.token_weights(objectives.parse('sequence'), labels), and "
+        "sum them per document (objectives.documents)", rel_tol=1e-3),
     # 10 capstone
     "capstone.predict": Question(
-        "Read the script's four functions: how many of the grader's eight "
-        "properties will it pass?", "number",
-        _from("course_lib.jobs.capstone:CapstoneReport",
-              lambda r: len(r.properties) - len(r.failed)),
-        "each bug breaks the properties that compare what it changes: which "
-        "part of the script does what the course taught?"),
+        "Read the script's four functions as a reviewer would: which of these "
+        "does it get wrong?", "choices",
+        ("the step's token count", "the step's scale", "the checkpoint's sampler",
+         "the checkpoint's RNG states", "the evaluation's shares of the test set",
+         "the evaluation's average"),
+        "hold each against its chapter: what N counts, and on which ranks (02, "
+        "03); what multiplies S_r (03); what no_sync() wraps (03, 05); what a "
+        "resume must restore (06); which sequences each rank scores, and what is "
+        "averaged (07)",
+        options=("the step's token count", "the step's scale", "the step's sync",
+                 "the checkpoint's model and optimizer", "the checkpoint's sampler",
+                 "the checkpoint's RNG states", "the evaluation's shares of the test set",
+                 "the evaluation's average")),
+    "capstone.predict_crash": Question(
+        "Every process is killed while rank 0 is inside the torch.save of save "
+        "at update 40; step-0020 is the last checkpoint saved before. The restart "
+        "resumes from the newest step-* directory that holds a state.pt. With "
+        "save as it is (the script's or the worked fix's: they write alike), "
+        "what does the restart load?", "choice",
+        "a half-written step-0040",
+        "what does dist.barrier() wait for, and what lies on disk under "
+        "state.pt's final name the moment torch.save is killed?",
+        options=("a whole step-0040", "a half-written step-0040", "step-0020")),
     "capstone.predict_empty": Question(
-        "Two ranks; rank 1's window holds no supervised token, rank 0's does. A "
-        "step that trains the mean of rank means takes one update: what "
-        "happens?", "choice", "half the right update",
-        "rank 1 divides a sum of 0 by a count of 0: what does cross-entropy's "
-        "backward write for a target it ignores, and what does DDP then average?",
-        options=("an error on every rank", "NaN gradients", "half the right update",
-                 "the right update")),
+        "Two ranks; rank 1's window holds no supervised token, rank 0's does. "
+        "Which of these steps still pass parity against the one-process token "
+        "mean? mean of means (mean_of_means: each rank backprops S_r / N_r), post "
+        "scale (post_scale, chapter 05: the raw sum S_r, the gradients scaled by "
+        "W / N after the sync), local count (local_count: W * S_r / N_r, the "
+        "count never all-reduced)",
+        "choices", ("post scale", "local count"),
+        "N = N_0 here, and an empty rank's gradient is a finite zero: write each "
+        "step's update as a sum over the ranks and compare it with S_0 / N_0",
+        options=("mean of means", "post scale", "local count")),
     "capstone.1": Question(
-        "A window on 4 ranks holds 30, 10, 50 and 10 supervised tokens, and the "
-        "step trains the mean of rank means. By what factor does the heaviest "
-        "token then exceed the token mean's 1/N?", "number", (1 / (4 * 10)) / (1 / 100),
-        "every rank gets the same share of the whole weight, whatever its "
-        "token count: which ranks hold fewer tokens than their share?",
+        "Two nodes of 4 ranks each. The step backprops W * S_r / N with W = 8, "
+        "but N is all-reduced over a node-local process group only, so each "
+        "rank divides by its own node's tokens. Node 0 holds three times node "
+        "1's tokens. A token on node 1 weighs how many times the token mean's "
+        "1/N? (Then a token on node 0: is the update a scale of the right one, "
+        "or a bias?)", "number", (3 + 1) / 1,
+        "DDP still averages over all 8 ranks: write the update as a sum over the "
+        "two nodes, each node's sum divided by its own count, and put N_0 = 3 N_1",
         rel_tol=1e-6),
     "capstone.2": Question(
         "Two windows of 100 supervised tokens each: the first holds 20 padded "
@@ -1058,11 +1132,17 @@ QUESTIONS: dict[str, Question] = {
         "the token mean gives every token of both windows 1 / 100: what does "
         "each window divide by instead?", rel_tol=1e-6),
     "capstone.3": Question(
-        "To stop DistributedSampler scoring some sequences twice, a colleague "
-        "sets drop_last=True. The test split holds 1,015 sequences, on 8 "
-        "ranks: how many does each evaluation now never score?", "number",
-        1015 % 8, "drop_last=True trims the list down to a multiple of 8 "
-        "instead of padding it up"),
+        "Convert the script's step to chapter 05's post_scale (backprop the raw "
+        "sum S_r, then scale the gradients by W / N after the sync) and run the "
+        "model and its loss in float16 (model.half(), no autocast), whose largest "
+        "value is 65,504; the loss starts near 3.6 "
+        "nats per token. As a rank's window grows, which quantity overflows "
+        "first, and before which call?", "choice", "S_r before backward()",
+        "compare how fast each grows per supervised token: the loss sum, a "
+        "logit's gradient (softmax minus one-hot), the count; and which one is "
+        "computed first",
+        options=("S_r before backward()", "the gradients in DDP's all-reduce",
+                 "the gradients in the scale by W / N", "N in its all_reduce")),
     "capstone.4": Question(
         "In a copy of the script, fix only step's count: N as the supervised "
         "labels, all-reduced over the ranks, the rest of step as it is. Grade it: "
@@ -1073,11 +1153,12 @@ QUESTIONS: dict[str, Question] = {
         options=("parity", "trajectory", "accumulation_invariance",
                  "permutation_invariance", "no_sync")),
     "capstone.5": Question(
-        "W = 3, the mean of rank means: rank 2's window is empty, ranks 0 and 1 "
-        "hold 100 and 300 supervised tokens. A token of rank 1 weighs what "
-        "fraction of the token mean's 1/N? (Then a token of rank 0: is the "
-        "update a scale of the right one, or a bias?)", "number", 4 / 9,
-        "DDP still averages over every rank, the empty one included: what share "
-        "of the whole weight does rank 1 get, and how many tokens share it?",
-        rel_tol=1e-3),
+        "A 4-rank run of the fixed script is resumed on 2 ranks from its "
+        "checkpoint. Which parts of the checkpoint still carry the 4-rank run's "
+        "trajectory on?", "choices", ("model weights", "optimizer state"),
+        "which parts are the same on every rank and never mention W, and what "
+        "does the course's sampler draw per rank? (make_sampler(cfg, corpus, 4) "
+        "and (..., 2): draw, load one's state into the other, compare)",
+        options=("model weights", "optimizer state", "sampler state",
+                 "per-rank RNG states")),
 }

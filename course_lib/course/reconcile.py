@@ -68,10 +68,6 @@ def rows(out: Path) -> list[Row]:
     e = EvaluationReport.load(out)
     verdict = "PASS" if p.correct.allclose else "FAIL"
     control = "FAIL" if not p.control_mode.allclose else "PASS"
-    # The corpora differ, and r1's tutorial says its len(tokens) count agrees
-    # with its own supervised tokens: no share of the gap can be put down to
-    # the counting convention, so the row states our count only, both ways.
-    as_length = e.test_tokens + e.test_sequences  # one more token per sequence
     return [
         Row("gradient values", f"{R1['compared_values']:,}", f"{p.compared_values:,}",
             "a smaller model"),
@@ -83,6 +79,17 @@ def rows(out: Path) -> list[Row]:
         Row("resume at step 100", f"{R1['resume_diff']!r} exactly",
             f"{r.max_abs_param_diff!r} exactly",
             "same verdict: bit for bit"),
+        *evaluation_rows(e),
+    ]
+
+
+def evaluation_rows(e: EvaluationReport) -> list[Row]:
+    """The evaluation's rows alone (chapter 07): test tokens, loss, accuracy."""
+    # The corpora differ, and r1's tutorial says its len(tokens) count agrees
+    # with its own supervised tokens: no share of the gap can be put down to
+    # the counting convention, so the row states our count only, both ways.
+    as_length = e.test_tokens + e.test_sequences  # one more token per sequence
+    return [
         Row("test tokens", f"{R1['test_tokens']:,}", f"{e.test_tokens:,}",
             f"another corpus; ours counts the L - 1 targets of its "
             f"{e.test_sequences:,} sequences ({as_length:,} if counted as L)"),

@@ -55,10 +55,15 @@ REASONING: dict[str, str] = {
         "must balance rank 1's tokens of loss 3: the ranks still hold 36, 36 "
         "and 24 tokens, and the bias hides.",
     "mean_of_means.3":
-        "A rank-0 token weighs 1 / (W N_0) = 1/16 under the mean of means and "
-        "1 / N = 1/100 under the global mean: N / (W N_0) = 100 / 16 = 6.25. A "
-        "rank whose N_r is below N / W = 25 is overweighted; chapter 03 derives "
-        "the per-rank scaling that gives every token the same weight again.",
+        "A token of rank r weighs 1 / (W N_r) under the mean of means and 1 / N "
+        "under the global mean: the ratio is N / (W N_r). Setting "
+        "100 / (4 N_r) = 5 gives N_r = 5. The ratio is above 1 exactly when "
+        "N_r < N / W = 25: a rank with a fifth of the average rank's tokens "
+        "gives each of them five times its due.",
+    "mean_of_means.predict_gradient":
+        "The 48-token gradient mixes the ranks' gradients with the token "
+        "shares, as the loss does: 1/4 * 0.0833 + 3/4 * (-0.1111) = -0.0625 "
+        "(the exact values are 1/12 and -1/9).",
     "mean_of_means.predict_theta_mom":
         "Each rank's mean pulls toward its own target, +1 or -1, and the mean of "
         "means gives each rank the same weight: the pulls cancel halfway, at 0.",
@@ -70,6 +75,12 @@ REASONING: dict[str, str] = {
         "The global gradient vanishes where theta is the token-weighted mean of "
         "the targets, (n - 36) / (n + 36). Setting it to -0.2 gives 1.2 n = 28.8, "
         "so n = 24.",
+    "mean_of_means.5":
+        "A rank's gradient is 2 (theta - m_r), with m_r the mean of its "
+        "targets; rank 0's is 1, rank 1's is (t - 1) / 2, equal when t = 3. "
+        "Rank 1's targets then spread around 1, so its loss is larger by their "
+        "variance (4): the two objectives report different losses, yet any mix "
+        "of two equal gradients is that gradient, so they train alike.",
     # 02 data and plan
     "data_and_plan.predict_ratio":
         "Both ranks draw as many sequences, so the ratio is that of their typical "
@@ -81,14 +92,18 @@ REASONING: dict[str, str] = {
         "padded to the longer one, 2 targets: labels of shape 2 x 2, whose one "
         "padded cell holds IGNORE_INDEX, so 3 supervised tokens.",
     "data_and_plan.1":
-        "Step 0 holds 721 supervised tokens on rank 0 and 1562 on rank 1, 2283 "
-        "in all; the mean of means gives each rank half, (2 + 1) / 2 = 1.5, while "
-        "the token mean weighs each rank by its tokens, (721 * 2 + 1562 * 1) / "
-        "2283 = 3004 / 2283 = 1.3158. The mean of means reads 0.184 too high: rank "
-        "0's few tokens, which carry the high loss, get half the say.",
+        "The mean of means is (2 + 1) / 2 = 1.5 in every window; the token mean "
+        "is (2 N_0 + N_1) / N = 1 + N_0 / N. The gap, 0.5 - N_0 / N, is largest "
+        "where rank 0 holds the smallest share of the window, which is the "
+        "window of the largest ratio N_1 / N_0 (3.045x, step 22): 491 and 1495 "
+        "tokens, 1986 in all, so the token mean is 1 + 491 / 1986 = 1.2472 and "
+        "the mean of means reads 0.2528 too high. `max(0.5 - c[0] / sum(c) for c "
+        "in per_window)` computes it; rank 0's few tokens, which carry the high "
+        "loss, get half the say.",
     "data_and_plan.2":
         "The widest row has 30 tokens, so 29 targets; three rows padded to 29 "
-        "make 87 label cells, of which only 9 + 19 + 29 = 57 are supervised.",
+        "make 87 label cells, of which only 9 + 19 + 29 = 57 are supervised: "
+        "30 of the 87 cells, 34%, are padding.",
     "data_and_plan.3":
         "Counting len(sequence) adds one to N per sequence while the loss sums "
         "stay, so the token mean, and every gradient with it, scales by "
@@ -166,13 +181,22 @@ REASONING: dict[str, str] = {
         "of weight, far above what the check forgives as rounding. The run "
         "agrees: allclose=False.",
     "ddp_parity.4":
-        "2/3: rank 2's loss is 0 / 0 = NaN, yet its gradient is exactly zero, "
-        "since cross_entropy's backward writes 0 for every ignored label without "
-        "multiplying by 1 / N_2 (checked on the course's model: no component "
-        "non-zero, none NaN). DDP still divides by W = 3, so every rank holds "
-        "(grad S_0 / 12 + grad S_1 / 36 + 0) / 3, two thirds of the two-rank "
-        "(grad S_0 / 12 + grad S_1 / 36) / 2, while a log of the mean loss shows "
-        "NaN. The token rule, W * S_r / N, is unchanged (N stays 48, W cancels).",
+        "1/3: ranks 2 and 3 backprop 0 / 0, a NaN loss, yet their gradient is "
+        "exactly zero (cross_entropy's backward writes 0 for every ignored "
+        "label), and DDP still divides the sum by W = 4. Every rank holds "
+        "(grad S_0 / 12 + grad S_1 / 36) / 4, so a rank-1 token weighs "
+        "1 / (4 * 36) = 1/144 where its due is 1 / N = 1/48, a third (two thirds "
+        "on two ranks), and a rank-0 token 48 / (4 * 12) = 1, its due by "
+        "coincidence. The token rule is unchanged: 4 * S_r / 48, divided by 4.",
+    "ddp_parity.5":
+        "PASS, and the mean of means still fails (exit code 0): the forward now "
+        "runs outside no_sync(), so DDP arms the sync in both microbatches and "
+        "each rank all-reduces twice, the syncs pairing since both ranks make "
+        "two microbatches. The first sync averages the first microbatch's "
+        "gradients; the second averages the whole .grad, whose first part every "
+        "rank already holds alike, so that part stays as it is and the second "
+        "part gets averaged: the sum of the averages is the average of the sums. "
+        "Only the communication is wasted, and a gradient check cannot see it.",
     # 05 bug lab
     "bug_lab.predict_no_sync_backward_only":
         "A hang: a forward outside no_sync() arms DDP's sync, so every "
@@ -223,14 +247,18 @@ REASONING: dict[str, str] = {
         "0.729 = 1.271 (the run gives 1.2707): the two ranks' mean is the "
         "reference, and neither rank holds it.",
     "bug_lab.5":
-        "At 256 padded tokens rank 0 makes 4 microbatches and rank 1 makes 8. "
-        "After rank 0 runs out, rank 1 syncs 4 more times; each all-reduces its "
-        "whole .grad against rank 0's zeros and divides by W = 2, so what was "
-        "synced before is halved 4 times: 1/16 = 0.0625.",
+        "Every W forms the same microbatches: world_size_layout sorts the 32 "
+        "sequences by length, gives each rank a contiguous slice and cuts it "
+        "into microbatches of 8, so W = 1, 2 and 4 make the same four groups of "
+        "8 sequences, with the same padding. N' and the factor N / N' are then "
+        "the same at every W, and the gradients agree with each other, wrong "
+        "alike (parity sees it); W does cancel, but that alone would not hold "
+        "N' still, and regrouping (accumulation) or dealing the sequences "
+        "otherwise (permutation) changes the padding, so those checks fail.",
     # 06 checkpoint resume
     "checkpoint_resume.predict":
         "The four ablations: each drops one piece that the updates after step 50 "
-        "read, the momentum (weights_only, no_optimizer_state), the order of the "
+        "read, the momentum (model_only, no_optimizer_state), the order of the "
         "windows (sampler_from_seed), the dropout masks (no_rng_state), and any "
         "one of them changes the parameters by step 100. Nothing in the step "
         "draws from Python's random (the sampler has its own generator), so "
@@ -241,7 +269,7 @@ REASONING: dict[str, str] = {
         "no buffers (optimizer.pt holds no state to restore), so "
         "no_optimizer_state changes nothing either. The order of the windows "
         "still matters: sampler_from_seed replays windows 0, 1, ..., and "
-        "weights_only restarts the sampler too (measured: both differ by "
+        "model_only restarts the sampler too (measured: both differ by "
         "0.035, the other two are bit for bit the continuous run).",
     "checkpoint_resume.2":
         "The re-seeded sampler starts its order over: updates 51 to 75 draw "
@@ -255,10 +283,13 @@ REASONING: dict[str, str] = {
         "so the newest it finds is step-0025, and the run resumes from step 25 "
         "(a valid copy of step 50 sits in step-0050.old, unused).",
     "checkpoint_resume.4":
-        "The manifest and the folder agree, but trainer.json says world size 2, "
-        "and verify asks the manifest for rank-00.pt and rank-01.pt: the second "
-        "is missing from it, so step-0050 fails. latest_valid then returns the "
-        "newest checkpoint that verifies, step-0025.",
+        "Killed during update 73, the run holds step-0025 and step-0050 (the "
+        "save after update 75 never began), so latest_valid returns step-0050 "
+        "and the new job's sampler stands at position 50. Its updates 51 to 72 "
+        "draw windows 50 to 71 again and reach the killed job's step-72 state "
+        "bit for bit: 22 finished updates redone, and update 73 (window 72) is "
+        "then run to its end for the first time. Saving every k updates redoes "
+        "at most k - 1 finished updates: the price of a checkpoint interval.",
     # 07 evaluation
     "evaluation.predict_spread":
         "It grows, from about 3.6 to about 5.9 nats: the spread is the average "
@@ -274,11 +305,13 @@ REASONING: dict[str, str] = {
         "same weight, and they equal the one-process value to float64 "
         "round-off; the mean of rank means weighs a token by 1 / (W N_r).",
     "evaluation.predict_logging":
-        "Only the Trainer's training loss: with average_tokens_across_devices "
-        "each rank holds W S_r / N, and the mean over ranks is S / N. eval_loss "
-        "averages per-batch losses repeated per row; gather_for_metrics of a "
-        "scalar loss averages batch means, the padded duplicate in; Lightning's "
-        "on_step averages the ranks' values.",
+        "The token mean, 531.39 / 87 = 6.108: rank r's loss is S_r / 87, "
+        "multiplied by loss_scale = W = 2, so rank 0 holds 2 * 180.32 / 87 = "
+        "4.145 and rank 1 holds 2 * 351.07 / 87 = 8.071; the log's .mean() over "
+        "the gathered ranks divides their sum by 2 again: (4.145 + 8.071) / 2 = "
+        "(S_0 + S_1) / 87. The factor W is chapter 03's, and the mean undoes it. "
+        "Without the flag each rank divides by its own N_r and the log is the "
+        "mean of rank means, (180.32 / 31 + 351.07 / 56) / 2 = 6.043.",
     "evaluation.predict_shard":
         "The sampler pads the list with its first entries until 3 divides it: "
         "258 = 3 * 86, so every rank gets 86, and two sequences are scored twice.",
@@ -288,17 +321,21 @@ REASONING: dict[str, str] = {
         "gives each window the same weight whatever its N, and the early windows "
         "differ enough in loss and size that it misses by about 0.6%.",
     "evaluation.2":
-        "on_step with sync_dist averages the ranks' values: (S_0 / N_0 + S_1 / "
-        "N_1) / 2 from the two lines of update 80. Rank 0 holds fewer tokens, "
-        "so the mean of rank means weighs each of them more, and it misses the "
-        "window's logged token mean by about 2%.",
+        "On 5 ranks the sampler pads 256 positions to 260 with positions 0 to "
+        "3, so the sums with the repeats count those four sequences twice: "
+        "27,778.78 nats over 17,254 tokens, 1.6100 per token, against the "
+        "one-process 1.6076. Left out (the positions past 255, or "
+        "scores.totals(~repeat) with shard's flags), the five ranks' totals "
+        "add up to the one-process sums, loss and right predictions alike, to "
+        "float64 round-off: a sum does not care how the sequences were split.",
     "evaluation.3":
-        "With drop_last=True the sampler cuts the list down to a multiple of "
-        "W instead of padding it: 3 * 85 = 255 positions, so the last test "
-        "sequence (position 255) goes to no rank and nothing repeats. The "
-        "ranks' counts add up to the 16,971 targets less that sequence's "
-        "L - 1 = 109: 16,862. Adding the sums is then exact over the "
-        "sequences scored, but it is no longer the whole test split.",
+        "129 / 128 = 1.0078: each rank's value * batch_size is its loss sum "
+        "S_r, a float, and its batch_size N_r is an integer, so the sync's "
+        "average over the 4 ranks gives S / 4 for the first and 129 / 4 = 32.25 "
+        "for the second, which copy_ into the integer tensor truncates to 32. "
+        "The logged value is (S / 4) / 32 = S / 128, the token mean S / 129 "
+        "times 129 / 128. A float count (torchmetrics' MeanMetric) never "
+        "truncates.",
     "evaluation.4":
         "Every target is distributed as pi (the sequences start from it), and "
         "the model predicts pi, so its expected loss is the entropy of pi, "
@@ -329,9 +366,14 @@ REASONING: dict[str, str] = {
         "1000 / 1016 for A (R = 16), 1000 / 1008 for B (R = 8). B weighs 1016 / "
         "1008 = 1.0079 times A: over a run the scale reweights the windows.",
     "framework_audit.2":
-        "Before 4.54 average_tokens_across_devices defaults to off, so each rank "
-        "divides by its own count: a mean of rank means. And 4.50 counts the "
-        "labels before the shift.",
+        "The Llama's loss shifts whatever labels it gets (_loss_shifts_labels is "
+        "True) and the count takes labels[..., 1:], so labels already equal to "
+        "input_ids[:, 1:] are counted L - 2 a row and scored as L - 2 targets, "
+        "position t against input_ids[t + 2]. Count and targets agree, so every "
+        "token weighs 1 / N: the token mean's weighting, of the wrong task "
+        "(predicting two tokens ahead), which a check of weights alone cannot "
+        "see and the loss, stalling high, shows. Shift in the data or in the "
+        "loss, never both.",
     "framework_audit.3":
         "6: the override calls the model without num_items_in_batch, so each "
         "microbatch returns its own mean S / n; training_step, seeing a model that "
@@ -375,10 +417,12 @@ REASONING: dict[str, str] = {
         "same, times N / C, a scale. dapo divides by the window's token count, "
         "all-reduced: exact while steps_per_generation = GA.",
     "choose_the_unit.1":
-        "The sequence mean gives every sequence 1 / K = 1/22. Divided by its "
-        "rank's own count, a rank-1 sequence gets 1/4, and DDP's mean over W = 2 "
-        "halves it: 1/8, so 22 / 8 = 2.75 times its weight. It is chapter 01's "
-        "mean of rank means, with the sequence as the unit.",
+        "The weighted mean gives a token of weight w the share w / 2,700. Divided "
+        "by its rank's own sum, a rank-1 token gets w / 600, and DDP's mean over "
+        "W = 2 halves it: w / 1,200, so 2,700 / 1,200 = 2.25 times its weight "
+        "(and a rank-0 token 2,700 / 4,200 = 0.64). It is chapter 01's mean of "
+        "rank means, with the sum of class weights as the count: the fix is the "
+        "same, all-reduce the sum before dividing.",
     "choose_the_unit.2":
         "C covers the whole optimizer step: 4 * 2 * 8 = 64 completions at 512 "
         "tokens, 32,768, in the old job; 8 * 2 * 8 = 128 completions at 1,024 "
@@ -401,28 +445,46 @@ REASONING: dict[str, str] = {
         "uniform scale of its own token mean, and over the run the steps are "
         "reweighted.",
     "choose_the_unit.5":
-        "Packed, a document is a run of supervised labels between boundaries: "
-        "collate each microbatch into rows of 256 and count the runs, 143 over "
-        "both ranks (85 in rows of 128): wider rows take more filler documents.",
+        "rows_as_documents gives each row one share, spread over its tokens, so "
+        "a document weighs (its tokens / its row's tokens) / K: a long document "
+        "alone in its row is heavy, a short one among several is light. On the "
+        "parity window packed into rows of 128 the heaviest over the lightest "
+        "is 8.33, where the document objective gives every document the same "
+        "weight (a ratio of 1): that spread is why rows_as_documents fails "
+        "parity. (Wider rows do not help: a width of 256 gives 8.64, and the "
+        "audit refuses it, since the model has 128 positions.)",
     # 10 capstone
     "capstone.predict":
-        "One: no_sync. The step divides by a count that holds padding, by the "
-        "rank's own tokens and again by the microbatches (parity, trajectory, "
-        "accumulation and permutation fail), though it syncs once per window; "
-        "the checkpoint loses the sampler and restores rank 0's RNG everywhere "
-        "(resume); the evaluation averages rank means and keeps the repeats "
-        "(evaluate_w2, evaluate_w3).",
+        "Six of the eight. The count takes labels.numel() (padding included) on "
+        "this rank alone; the scale lacks the factor W and divides again by the "
+        "microbatches; the checkpoint never saves the sampler (a resume draws the "
+        "first windows again) and restores rank 0's RNG state on every rank; the "
+        "evaluation's DistributedSampler scores 2 sequences twice at W = 3, and it "
+        "averages rank means. The sync is right (no_sync() wraps the forward and "
+        "the backward of every microbatch but the last), and so are the model and "
+        "optimizer state: the grade fails every property but no_sync.",
+    "capstone.predict_crash":
+        "A half-written step-0040: torch.save writes state.pt under its final name "
+        "as it goes, so the killed write leaves a truncated file there, and "
+        "torch.load fails on it; the barrier only makes the other ranks wait for "
+        "a write that finishes. The grader never interrupts a save, so it cannot "
+        "see this. The fix writes state.pt.tmp and renames it with os.replace, "
+        "atomic on one filesystem (chapter 06 renames a whole .tmp folder): the "
+        "killed job leaves step-0040 without a state.pt, and the restart loads "
+        "step-0020.",
     "capstone.predict_empty":
-        "Rank 1's mean is 0 / 0: its loss is NaN, but cross-entropy's backward "
-        "writes exactly 0 for every ignored target, so its gradient is a finite "
-        "zero and nothing raises. DDP averages that zero with rank 0's gradient, "
-        "which is already the token mean's (N = N_0): half the right update.",
+        "With N = N_0, rank 1's gradient is a finite zero in all three steps "
+        "(its sum is 0; under mean_of_means and local_count its 0 / 0 loss is NaN, "
+        "but cross-entropy's backward writes 0 for ignored targets). post_scale "
+        "gives (S_0 + 0) / 2 * 2 / N_0 and local_count (2 S_0 / N_0 + 0) / 2, both "
+        "S_0 / N_0 = S / N: they pass, local_count by accident, since N_0 = N; the "
+        "mean of means gives S_0 / (2 N_0), half the update, and fails.",
     "capstone.1":
-        "Under the mean of means each rank gets 1/W of the weight, shared by "
-        "its N_r tokens: a token weighs 1 / (W N_r), more than 1/N exactly when "
-        "N_r < N / W = 25. The two 10-token ranks: 1/40 against 1/100, 2.5 "
-        "times; the tokens of the 30- and 50-token ranks weigh less (1/120 "
-        "and 1/200).",
+        "DDP averages the 8 ranks' W * S_r / N_k, which leaves S^(0) / N_0 + "
+        "S^(1) / N_1: each node's own token mean, added. With N = N_0 + N_1 = 4 N_1, "
+        "a node-1 token weighs 1 / N_1 = 4 / N and a node-0 token 1 / N_0 = (4/3) / "
+        "N: the nodes' tokens weigh differently, a bias (even equal nodes would get "
+        "the scale 2, the number of nodes), so N must be all-reduced over every node.",
     "capstone.2":
         "The count takes 120 slots in the first window and 200 in the second: "
         "their tokens weigh 1/120 and 1/200 where the token mean gives both "
@@ -430,21 +492,28 @@ REASONING: dict[str, str] = {
         "second-window token weighs 120 / 200 = 0.6 of a first-window one: over "
         "a run, the padding reweights the windows.",
     "capstone.3":
-        "drop_last=True trims 1,015 down to 1,008 = 8 * 126 instead of padding "
-        "it up to 1,016 (1 repeat): 7 sequences are never scored, and with "
-        "shuffle=True a different 7 each epoch: 1 repeat traded for 7 "
-        "missing sequences.",
+        "S_r before backward(): the loss sum grows by about 3.6 per supervised "
+        "token and passes 65,504 near 65,504 / 3.6 = 18,200 tokens on one rank, an "
+        "inf loss in the forward; a logit's gradient grows by at most 1 per token, "
+        "and N is an int64 count. Scale before the backward (W / N, as "
+        "global_token does, keeps every value the size of a mean) or sum the loss "
+        "in float32. Under float16 autocast, chapter 03's reading, the loss is "
+        "float32 (autocast runs cross_entropy in float32) and S_r never overflows: "
+        "the first overflow is then in the backward's float16 activation "
+        "gradients, sums over the window's tokens (chapter 03's aside).",
     "capstone.4":
         "Dividing by the global N but not multiplying by W, then again by the "
         "microbatches, leaves a factor 1 / (W M), the same on every rank: parity "
         "and trajectory see the scale, accumulation_invariance sees M change; "
         "permutation and no_sync hold.",
     "capstone.5":
-        "DDP averages over all 3 ranks, the empty one adding a zero gradient, so "
-        "the mean of means is (S_0 / 100 + S_1 / 300) / 3: a rank-1 token weighs "
-        "1/900 against the token mean's 1/400, 4/9 = 0.444; a rank-0 token "
-        "weighs 1/300, 4/3 of 1/400. The ranks' tokens no longer weigh the same: "
-        "a bias, not a scale (with equal counts it would be the scale 2/3).",
+        "The model weights and the optimizer state are the same on every rank and "
+        "never depend on W: a 2-rank job loads them as they are. The course's "
+        "sampler draws accumulation x batch sequences per rank from W length "
+        "bands, so at W = 2 its state yields other, half-sized windows (32 "
+        "sequences, 2 of them shared with the 4-rank run's next 64), and four "
+        "ranks' dropout streams cannot become two: a resume on another world size "
+        "needs a sampler that draws the global window, then splits it.",
 }
 
 

@@ -13,9 +13,11 @@ flickers and no figure is rebuilt.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import ipywidgets as w
 from matplotlib.figure import Figure
@@ -37,6 +39,12 @@ def fmt4(x: float) -> str:
     """Four decimals, without a stray '-0.0000'."""
     s = f"{x:.4f}"
     return "0.0000" if s == "-0.0000" else s
+
+
+def fmt2(x: float) -> str:
+    """Two decimals, for a figure's labels (the readouts keep four)."""
+    s = f"{x:.2f}"
+    return "0.00" if s == "-0.00" else s
 
 
 # --- pure logic ----------------------------------------------------------------
@@ -130,12 +138,29 @@ def _pair_readout(label: str, mean_of_means: float, global_: float) -> str:
 
 
 class _Displayable:
-    """Show ``self.widget`` when the object itself is a cell's value."""
+    """Show ``self.widget`` when the object itself is a cell's value.
+
+    A reader without a kernel (GitHub, a static page) cannot draw the widget:
+    the bundle also carries what such a reader can show, a line of text and,
+    for an explorer, the PNG of its figure at the start position. A live
+    JupyterLab prefers the widget, so it never shows both.
+    """
 
     widget: w.Widget
 
+    def _static_text(self) -> str:
+        return repr(self.widget)
+
+    def _static_figure(self) -> Figure | None:
+        return getattr(self, "fig", None)
+
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs))
+        bundle["text/plain"] = self._static_text()
+        figure = self._static_figure()
+        if figure is not None:
+            bundle["image/png"] = base64.b64encode(_png(figure)).decode("ascii")
+        return bundle
 
 
 # --- token explorer ----------------------------------------------------------------
@@ -222,12 +247,33 @@ class TokenExplorer(_Displayable):
                                     fontweight="bold", va="bottom", ha="center")
         right.set_xlim(-0.5, 1.5)
 
+    def _static_text(self) -> str:
+        return tr("Token explorer (sliders: run the notebook to move them). "
+                  "Its start position:")
+
     def _on_change(self, change) -> None:
         self.update()
 
     def values(self) -> tuple[list[int], list[float], int]:
         return ([s.value for s in self.tokens], [s.value for s in self.losses],
                 self.world_size.value)
+
+    def set(self, tokens: Sequence[int], losses: Sequence[float]) -> dict:
+        """Move the sliders, exactly as dragging them would: W = len(tokens)."""
+        self.world_size.value = len(tokens)
+        for r, (n, x) in enumerate(zip(tokens, losses, strict=True)):
+            self.tokens[r].value, self.losses[r].value = n, x
+        return self.state
+
+    @contextlib.contextmanager
+    def kept(self) -> Iterator[TokenExplorer]:
+        """Try positions inside the block; every slider is put back after it."""
+        tokens, losses, world = self.values()
+        try:
+            yield self
+        finally:
+            self.set(tokens, losses)
+            self.world_size.value = world
 
     def update(self) -> dict:
         tokens, losses, world = self.values()
@@ -275,12 +321,12 @@ class TokenExplorer(_Displayable):
                                     strict=True):
             bar.set_height(value)
             text.set_position((text.get_position()[0], value))
-            text.set_text(fmt4(value))
+            text.set_text(fmt2(value))
         top = max(mom, glob, 1e-6)
         self.ax_means.set_ylim(0, 1.4 * top)
         self.bias_line.set_ydata([mom, mom, glob, glob])
         self.bias_text.set_position((0.5, 1.16 * top))
-        self.bias_text.set_text(f"bias {fmt4(st['bias'])}")
+        self.bias_text.set_text(f"bias {fmt2(st['bias'])}")
         self.image.value = _png(self.fig)
 
 
@@ -313,14 +359,19 @@ class ThetaExplorer(_Displayable):
         self.state: dict = {}
         self.update()
 
+    def _static_text(self) -> str:
+        return tr("Theta explorer (a slider: run the notebook to move it). "
+                  "Its start position:")
+
     def _build_figure(self) -> None:
         curves = theta_curves(counts=self.counts, targets=self.targets)
         fig = Figure(figsize=(9.0, 3.0), layout="constrained")
         self.fig = fig
         self.ax_loss, self.ax_grad = fig.subplots(1, 2)
         self.markers = {}
-        for ax, kind, title in ((self.ax_loss, "loss", "loss per token"),
-                                (self.ax_grad, "grad", "gradient d loss / d theta")):
+        panels = ((self.ax_loss, "loss", "loss", "mean loss per token"),
+                  (self.ax_grad, "grad", "gradient", "d loss / d theta"))
+        for ax, kind, title, ylabel in panels:
             for scheme, key in (("mean_of_means", "mean_of_means"),
                                 ("global_token", "global")):
                 ys = curves[f"{kind}_{key}"]
@@ -331,10 +382,12 @@ class ThetaExplorer(_Displayable):
                                                      color=COLORS[scheme])
             ax.axhline(0, color="0.8", lw=0.8)
             ax.set_xlabel("theta")
+            ax.set_ylabel(ylabel)
             ax.set_title(title)
         self.vlines = [ax.axvline(0, color="0.5", lw=0.8, ls=":")
                        for ax in (self.ax_loss, self.ax_grad)]
         self.ax_loss.legend(frameon=False, fontsize=8, loc="upper center")
+        self.ax_grad.legend(frameon=False, fontsize=8, loc="upper left")
 
     def update(self) -> dict:
         st = theta_state(self.theta.value, self.counts, self.targets)
@@ -379,6 +432,11 @@ class Quiz(_Displayable):
         self.button.on_click(lambda _: self.check())
         self.results: dict[str, quiz.Verdict] = {}
         self.widget = _tagged(w.VBox([*rows, self.button]), "course-question")
+
+    def _static_text(self) -> str:
+        return "\n".join(tr("Question (answer it in the next cell, or run the "
+                             "notebook for this form): {prompt}").format(prompt=quiz.ask(qid))
+                          for qid in self.ids)
 
     @staticmethod
     def _input(q: quiz.Question) -> w.DOMWidget:

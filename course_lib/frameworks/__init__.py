@@ -16,7 +16,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +41,8 @@ class Setup:
     rank: int
     world_size: int
     lr: float = 0.1
+    # The configuration on top (``options``): name -> its state.
+    uses: dict[str, Any] = field(default_factory=dict)
     # The same window for another (batch size, accumulation): a learner's
     # Trainer decides its own.
     rebuild: Callable[[int, int], Window] | None = None
@@ -52,6 +54,8 @@ class Captured:
     seen: list[Microbatch] = field(default_factory=list)  # what the model was fed
     precision: str = "float32"  # what the framework computed in: float32 or bfloat16
     notes: list[str] = field(default_factory=list)  # what else shaped this gradient
+    sharded: int = 0  # parameters held as shards (FSDP2's DTensor) at the optimizer step
+    compiled: int = 0  # graphs torch.compile (dynamo) compiled while it trained
 
 
 class Adapter(Protocol):
@@ -133,7 +137,7 @@ def isolated() -> Iterator[None]:
 
 def train_and_capture(model: torch.nn.Module, train: Callable[[], Any],
                       grad: Callable[[], torch.Tensor | None], what: str,
-                      precision: str = "float32", notes: tuple[str, ...] = ()) -> Captured:
+                      precision: str = "float32", notes: Sequence[str] = ()) -> Captured:
     """Run ``train()`` while recording the model's inputs; then the gradient
     ``grad()`` kept at the first optimizer step."""
     seen: list[Microbatch] = []
@@ -153,13 +157,25 @@ def record_inputs(model: torch.nn.Module, seen: list[Microbatch]) -> Any:
     def keep(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         if torch.is_grad_enabled() and "labels" in kwargs:
             ids = kwargs["input_ids"]
-            seen.append(Microbatch(ids.detach().cpu().clone(),
-                                   kwargs.get("attention_mask", torch.ones_like(ids))
-                                   .detach().cpu().clone(),
-                                   kwargs["labels"].detach().cpu().clone()))
+            mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
+            seen.append(Microbatch(
+                ids.detach().cpu().clone(),
+                (torch.ones_like(ids) if mask is None else mask).detach().cpu().clone(),
+                kwargs["labels"].detach().cpu().clone(),
+                positions.detach().cpu().clone() if positions is not None and mask is None
+                else None))
     return model.register_forward_pre_hook(keep, with_kwargs=True)
 
 
 def flat_grad(model: torch.nn.Module) -> torch.Tensor:
-    """This rank's gradient as the audit keeps it: flat, float32, on the CPU."""
-    return reference_flat_grad(model).detach().float().cpu().clone()
+    """This rank's gradient as the audit keeps it: flat, float32, on the CPU.
+    A sharded gradient (FSDP2's DTensor) is gathered whole first: a
+    collective, which every rank reaches at the same optimizer step."""
+    if not any(hasattr(p, "full_tensor") for p in model.parameters()):
+        return reference_flat_grad(model).detach().float().cpu().clone()
+    parts = []
+    for p in model.parameters():
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        parts.append((g.full_tensor() if hasattr(g, "full_tensor") else g)
+                     .detach().float().cpu().flatten())
+    return torch.cat(parts)

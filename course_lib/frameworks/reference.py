@@ -14,7 +14,13 @@ from course_lib.frameworks.window import Microbatch, Window
 def summed_loss(model: torch.nn.Module, mb: Microbatch) -> torch.Tensor:
     """S: the causal LM's cross-entropy summed over the supervised labels,
     after the shift (position t predicts label t + 1)."""
-    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+    # The model as fed. Packed rows: no mask, positions restarting per
+    # sequence, and no cache, as the Trainer trains (it sets use_cache from
+    # TrainingArguments, False): with one, transformers 5.25 skips the packed
+    # mask and the rows attend to each other.
+    fed = ({"attention_mask": mb.attention_mask} if mb.position_ids is None
+           else {"position_ids": mb.position_ids, "use_cache": False})
+    logits = model(input_ids=mb.input_ids, **fed).logits
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
                            mb.labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX,
                            reduction="sum")

@@ -13,6 +13,7 @@ guessed. ``QUOTED`` holds lines of code that is not installed here
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +65,8 @@ TRANSFORMERS = (
     Wanted("L - 1 or L?", (f"{TRAINER}.__init__",),
            ("self._loss_shifts_labels = ",), optional=True),
     Wanted("loss kwargs?", (f"{TRAINER}.__init__",),
-           ('if hasattr(unwrapped_model, "accepts_loss_kwargs")',), count=6,
-           optional=True),
+           ("self.model_accepts_loss_kwargs = any(",
+            "self.model_accepts_loss_kwargs = "), optional=True),
     Wanted("n = L - 1 a row", COUNT, ('else batch["labels"][..., 1:]',), count=3,
            optional=True),
     Wanted("N_r = Σ n", COUNT, (".ne(-100).sum()", ".ne(-100)")),
@@ -79,7 +80,8 @@ TRANSFORMERS = (
     Wanted("× W: W·S / N", (f"{TRAINER}.compute_loss",),
            ("loss *= loss_scale", "loss *= self.accelerator.num_processes")),
     Wanted("÷ M skipped?", (f"{TRAINER}.training_step",),
-           ("loss_is_scaled_for_ga = (",), optional=True),
+           ("if self.loss_is_scaled_for_ga is not None:", "loss_is_scaled_for_ga = ("),
+           count=7, optional=True),
     Wanted("÷ M (mean loss)", (f"{TRAINER}.training_step",),
            ("loss / self.current_gradient_accumulation_steps",
             "loss / self.args.gradient_accumulation_steps")),
@@ -118,17 +120,34 @@ QUOTED = (
 )
 
 
-def _owners() -> dict[str, Any]:
-    """Where the wanted functions live, in the installed transformers."""
-    from transformers import trainer
-    from transformers.loss import loss_utils
+# Where the wanted functions live: owner -> (module, class, or None for the
+# module's own functions). Imported only when a wanted line names the owner.
+OWNERS: dict[str, tuple[str, str | None]] = {
+    "Trainer": ("transformers.trainer", "Trainer"),
+    "loss_utils": ("transformers.loss.loss_utils", None),
+    "Accelerator": ("accelerate.accelerator", "Accelerator"),
+    "_ResultMetric": ("lightning.pytorch.trainer.connectors.logger_connector.result",
+                      "_ResultMetric"),
+    "fabric_distributed": ("lightning.fabric.utilities.distributed", None),
+}
 
-    return {"Trainer": trainer.Trainer, "loss_utils": loss_utils}
 
-
-def _resolve(owners: dict[str, Any], target: str) -> Any:
+def _resolve(target: str) -> tuple[Any, str, Path] | None:
+    """The function, its shown name, and the folder its package sits in;
+    None when the package is not installed or lacks the function."""
     owner, _, name = target.partition(".")
-    return getattr(owners[owner], name, None)
+    module, cls = OWNERS[owner]
+    try:
+        found: Any = importlib.import_module(module)
+    except ImportError:
+        return None
+    top = importlib.import_module(module.partition(".")[0])
+    if cls is not None:
+        found = getattr(found, cls, None)
+    fn = getattr(found, name, None)
+    if fn is None:
+        return None
+    return fn, name if cls is None else target, Path(top.__file__ or "").parent.parent
 
 
 def _statement(lines: list[str], start: int, count: int) -> list[str]:
@@ -148,17 +167,13 @@ def _statement(lines: list[str], start: int, count: int) -> list[str]:
 def find(wanted: Wanted) -> Line | None:
     """The first statement that a fragment finds, in the first function that
     has one; None when no installed function has any."""
-    import transformers
-
-    owners = _owners()
-    root = Path(transformers.__file__ or "").parent.parent
     for target in wanted.functions:
-        obj = _resolve(owners, target)
-        if obj is None:
+        resolved = _resolve(target)
+        if resolved is None:
             continue
+        obj, name, root = resolved
         lines, first = inspect.getsourcelines(obj)
         shown = Path(inspect.getsourcefile(obj) or "").relative_to(root)
-        name = target.removeprefix("loss_utils.")
         for fragment in wanted.fragments:
             for i, text in enumerate(lines):
                 if fragment in text:
@@ -190,3 +205,58 @@ def describe(*sources: Source) -> str:
             out.append(f"  {line.formula:<{FORMULA}}  {line.where}")
             out.extend(f"  {'':<{FORMULA}}    {code}" for code in line.code)
     return "\n".join(out)
+
+
+# 07: how each framework turns the ranks' losses into the number it logs,
+# in the installed packages. The labels say where a line runs, not what it
+# computes: chapter 07 asks the learner to write each in S_r and N_r.
+LOGGING = (
+    ("HF train loss", "transformers", (
+        Wanted("each rank", (f"{TRAINER}.compute_loss",),
+               ("loss_scale = self.accelerator.num_processes",), count=2),
+        Wanted("the log", (f"{TRAINER}._maybe_log_save_evaluate",),
+               ("tr_loss_scalar = ",)),
+    )),
+    ("HF eval_loss", "transformers", (
+        Wanted("each rank, step", (f"{TRAINER}.prediction_step",),
+               ("num_items_in_batch = self._get_num_items_in_batch([inputs]",)),
+        Wanted("each rank, step", (f"{TRAINER}.prediction_step",),
+               ("loss, outputs = self.compute_loss(",), count=3),
+        Wanted("every step", (f"{TRAINER}.evaluation_loop",),
+               ("losses = self.gather_function(losses.repeat(batch_size))",)),
+        Wanted("the log", (f"{TRAINER}.evaluation_loop",),
+               ('metrics[f"{metric_key_prefix}_loss"] = losses.mean()',)),
+    )),
+    ("accelerate gather_for_metrics(loss)", "accelerate", (
+        Wanted("every step", ("Accelerator.gather_for_metrics",),
+               ("data = self.gather(input_data)",)),
+        Wanted("the last step", ("Accelerator.gather_for_metrics",),
+               ("return tensor[: self.gradient_state.remainder]",)),
+    )),
+    ("Lightning self.log(..., sync_dist=True)", "lightning", (
+        Wanted("on_step", ("_ResultMetric.update",),
+               ("self._forward_cache = self.meta.sync(value.clone())",)),
+        Wanted("on_epoch", ("_ResultMetric.update",),
+               ("self.value = self.value + value * batch_size",), count=2),
+        Wanted("on_epoch, end", ("_ResultMetric.compute",),
+               ("value = self.meta.sync(self.value.clone())",), count=4),
+        Wanted("sync: the sum", ("fabric_distributed._sync_ddp",),
+               ("torch.distributed.all_reduce(result, op=op",)),
+        Wanted("sync: ÷ W", ("fabric_distributed._sync_ddp",),
+               ("if not torch.is_floating_point(result):",), count=3),
+    )),
+)
+
+
+def logging() -> tuple[Source, ...]:
+    """07: the installed lines that make each framework's logged loss."""
+    sources = []
+    for title, package, wanted in LOGGING:
+        found = []
+        for w in wanted:
+            line = find(w)
+            found.append(line or Line(w.formula, "not found in this version",
+                                      (" or ".join(repr(f) for f in w.fragments),)))
+        sources.append(Source(f"{title}: {package} {installed_version(package)}",
+                              tuple(found)))
+    return tuple(sources)

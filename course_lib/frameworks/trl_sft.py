@@ -12,6 +12,7 @@ import torch
 
 from course_lib.frameworks import Captured, Setup, train_and_capture
 from course_lib.frameworks.hf import arguments, capture_callback, dispatched, takes
+from course_lib.frameworks.tokenizer import word_level
 from course_lib.frameworks.window import Window
 
 
@@ -32,24 +33,13 @@ class TRLAdapter:
 
         args = SFTConfig(**arguments(setup), dataset_kwargs={"skip_prepare_dataset": True})
         capture = capture_callback(model)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=_as_datasets(window),
+        wrapped = cast(Any, model)  # a PreTrainedModel, or PEFT's wrapping of one (--with lora)
+        trainer = SFTTrainer(model=wrapped, args=args, train_dataset=_as_datasets(window),
                              data_collator=default_data_collator, callbacks=[capture],
-                             processing_class=_tokenizer(cast(Any, model).config.vocab_size))
+                             processing_class=word_level(wrapped.config.vocab_size))
         return lambda: train_and_capture(model, trainer.train, lambda: capture.grad,
                                          "the SFTTrainer",
                                          "bfloat16" if args.bf16 else "float32")
-
-
-def _tokenizer(vocab_size: int) -> Any:
-    """A word-level tokenizer over the window's token ids, built in memory:
-    TRL wants one, and nothing may be downloaded. Id 0 (PAD) pads."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {str(i): i for i in range(vocab_size)}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="0")),
-                                   pad_token="0", eos_token="0", unk_token="0")
 
 
 def _as_datasets(window: Window) -> Any:

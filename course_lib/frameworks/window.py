@@ -43,6 +43,9 @@ class Microbatch:
     input_ids: torch.Tensor  # (B, L) int64
     attention_mask: torch.Tensor  # (B, L) int64, 0 on padding
     labels: torch.Tensor  # (B, L) int64, unshifted, IGNORE_INDEX where ignored
+    # Packed rows (DataCollatorWithFlattening): positions restart at each
+    # sequence, and the model was fed no attention mask.
+    position_ids: torch.Tensor | None = None
 
     def as_dict(self) -> dict[str, torch.Tensor]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,

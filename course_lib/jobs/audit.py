@@ -85,7 +85,9 @@ class BugsReport(RunHeader, Report):
 # --- in the launch ---------------------------------------------------------------
 
 
-def run_rank(ctx: RankContext, spec: AuditJob) -> None:
+def run_rank(ctx: RankContext, spec: AuditJob, progress: str | None = "audit") -> None:
+    """``progress``: the label of its progress lines (None: none, the caller
+    reports its own)."""
     ctx.state.step_timeout = spec.step_timeout
     todo = checks.select(spec.checks)
     ctx = ctx.auditing(spec.objective)
@@ -105,7 +107,8 @@ def run_rank(ctx: RankContext, spec: AuditJob) -> None:
                 checks=results, passed=all(c.passed for c in results.values()),
                 objective=ctx.objective.spec,
             ).save(ctx.out, AuditReport.file_name(step.name))
-        ctx.progress("audit", i + 1, len(spec.steps))
+        if progress:
+            ctx.progress(progress, i + 1, len(spec.steps))
     ctx.state.audited = None
 
 

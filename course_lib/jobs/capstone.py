@@ -198,12 +198,16 @@ def run_rank(ctx: RankContext, spec: CapstoneJob) -> None:
     funcs = {name: load_function(f"{spec.file}:{name}", "capstone check")
              for name in FUNCTIONS}
     found: dict[str, CheckResult | None] = {}
+    label = f"capstone at W={ctx.world_size}"  # progress: one tick per part graded
     if "step" in spec.parts:  # the audit's own job, in this launch: audit-step.json
-        audit.run_rank(ctx, audit.AuditJob([f"{spec.file}:step"], AUDITED))
+        audit.run_rank(ctx, audit.AuditJob([f"{spec.file}:step"], AUDITED), progress=None)
+        ctx.progress(label, spec.parts.index("step") + 1, len(spec.parts))
     if "resume" in spec.parts:
         found["resume"] = resume(ctx, spec, funcs)
+        ctx.progress(label, spec.parts.index("resume") + 1, len(spec.parts))
     if "evaluate" in spec.parts:
         found[f"evaluate_w{ctx.world_size}"] = evaluation(ctx, funcs)
+        ctx.progress(label, spec.parts.index("evaluate") + 1, len(spec.parts))
     if ctx.rank == 0:
         CapstonePart(**ctx.header().fields(),
                      results={k: v for k, v in found.items() if v is not None},
@@ -316,6 +320,6 @@ def describe(report: CapstoneReport) -> str:
         if name.startswith("evaluate") and known:  # which metric is off
             worst = max(known, key=lambda k: known[k])
             err = f" ({worst} |err| {short(known[worst])})"
-        lines.append(f"  {name:<24} FAIL  {name}: {PROPERTIES[name]}{err}")
+        lines.append(f"  {name:<24} FAIL  {PROPERTIES[name]}{err}")
     lines.append(f"  {'verdict':<24} {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)

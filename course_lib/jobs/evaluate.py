@@ -8,8 +8,9 @@ to combine the ranks are reported side by side:
   padded repeats dropped first: the mean over all test tokens, equal to the
   single-process evaluation up to float64 round-off;
 - ``duplicates_kept``: the same sums with the repeats counted;
-- ``mean_of_rank_means``: each rank's own mean over what its sampler gave
-  it, averaged over the ranks (the mean of means again, at evaluation).
+- ``mean_of_rank_means``: each rank's own mean over its share, the repeats
+  left out, averaged over the ranks (the mean of means again, at
+  evaluation; without the repeats, so that it shows that one error alone).
 
 Rank 0 also evaluates in one process, to hold the token-weighted value to it.
 """
@@ -47,7 +48,7 @@ class RankShard:
     sequences: int
     repeats: int  # of them, padded repeats of sequences scored elsewhere
     tokens: int  # duplicates included, as the rank's own loop counts them
-    loss_per_token: float  # this rank's own mean
+    loss_per_token: float  # this rank's own mean, its repeats left out
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,9 @@ def run_rank(ctx: RankContext, spec: EvaluateJob) -> None:
                         torch.tensor([len(positions), int(repeat.sum()), 0.0],
                                      dtype=torch.float64)])
     # The recipe: one all-reduce of [sum, count, correct] after the loop, on
-    # every rank. The gather shows the per-rank view the other two use.
-    kept = mine[0].to(ctx.device)
+    # every rank (of a copy: all_reduce adds in place). The gather shows the
+    # per-rank view the other two use.
+    kept = mine[0].to(ctx.device, copy=True)
     dist.all_reduce(kept)
     per_rank = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
     dist.all_gather(per_rank, mine.to(ctx.device))
@@ -160,7 +162,7 @@ def run_rank(ctx: RankContext, spec: EvaluateJob) -> None:
                              dtype=torch.float64)
     got = torch.tensor([token_weighted.loss_per_token, token_weighted.token_accuracy],
                        dtype=torch.float64)
-    rank_means = [Score.of(r[1]) for r in ranks]
+    rank_means = [Score.of(r[0]) for r in ranks]  # the repeats left out
     dist_eval = DistributedEvaluation(
         world_size=ctx.world_size, repeats=int(sum(r[2][1] for r in ranks)),
         token_weighted=token_weighted,
@@ -192,7 +194,7 @@ def evaluate_run(cfg: Config, out: Path, ckpt: Path | None = None,
         ckpt = checkpoint.latest_valid(out)
         if ckpt is None:
             raise checkpoint.CheckpointError(f"no valid checkpoint under {out}/checkpoints")
-    step = checkpoint.verify(ckpt, data_lock=corpus.lock)["step"]
+    step = checkpoint.Trainer.of(checkpoint.verify(ckpt, data_lock=corpus.lock)).step
     model = trained_model(cfg, ckpt)  # refused here, before any launch, when it does not fit
     if world_size <= 1:
         header = {"device": "cpu", "backend": "none (single process)", "world_size": 1}

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from course_lib import frameworks
 from course_lib.core.verdicts import NOT_FINITE, TOLERANCE, Verdict
-from course_lib.frameworks import candidates, models
+from course_lib.frameworks import candidates, models, options
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
 from course_lib.jobs.kind import JobKind, launch
@@ -44,12 +44,14 @@ class Configuration:
     framework: str
     model: str
     flags: dict[str, Any] = field(default_factory=dict)
+    # --with: the configuration on top (frameworks/options.py), name -> state
+    uses: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class FrameworksJob(JobSpec):
     TAG: ClassVar[str] = "frameworks"
-    configurations: list[dict]  # Configuration, as JSON
+    configurations: list[Configuration]
     microbatches: int = 2
     batch_size: int = 2
     length: int = 24
@@ -82,8 +84,10 @@ class FrameworkRow:
     version: str | None
     model: str
     flags: dict[str, Any]
-    verdict: Verdict  # exact, uniformly scaled, biased, ranks disagree or not run
-    reason: str = ""  # why it was not run
+    # exact, uniformly scaled, biased, ranks disagree, failed or not run
+    verdict: Verdict
+    reason: str = ""  # why it was not run, or the error it failed with
+    uses: dict[str, Any] = field(default_factory=dict)  # --with: name -> state
     # Not run because the learner's own function (--trainer) was bad input:
     # it returned no Trainer, or raised (the CLI's exit 2).
     bad_input: bool = False
@@ -100,6 +104,10 @@ class FrameworkRow:
     ranks: list[RankResult] = field(default_factory=list)
 
 
+# Rows without a gradient: refused or missing here, or raised while training.
+UNMEASURED = (Verdict.NOT_RUN, Verdict.FAILED)
+
+
 @dataclass(frozen=True)
 class FrameworksReport(RunHeader, Report):
     NAME: ClassVar[str] = "frameworks"
@@ -109,7 +117,7 @@ class FrameworksReport(RunHeader, Report):
 
     @property
     def every_verdict_measured(self) -> bool:
-        return all(r.verdict != Verdict.NOT_RUN for r in self.rows)
+        return all(r.verdict not in UNMEASURED for r in self.rows)
 
 
 # --- the version matrix: data/frameworks-matrix.json ------------------------------------
@@ -144,9 +152,20 @@ class Matrix(Committed):
     rows: list[MatrixRow]  # every entry's rows, each with its entry's name
     extra: dict = field(default_factory=dict, repr=False)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Matrix:
+        """As stored, with the formula names of today (``candidates.RENAMED``):
+        the matrix keeps the names it was measured with."""
+        data = copy.deepcopy(data)
+        rows = [*data.get("rows", []),
+                *(r for e in data.get("entries", {}).values() for r in e.get("rows", []))]
+        for row in rows:
+            row["matches"] = candidates.RENAMED.get(row.get("matches"), row.get("matches"))
+        return super().from_dict(data)
+
     @property
     def measured(self) -> list[MatrixRow]:
-        return [r for r in self.rows if r.verdict != Verdict.NOT_RUN]
+        return [r for r in self.rows if r.verdict not in UNMEASURED]
 
     def describe(self, framework: str = "hf") -> str:
         """One framework's measured rows as a table (version, model, the flag
@@ -210,6 +229,10 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
+# What ``_why`` says of a package that is not there (the framework's lazy import).
+MISSING = ("ImportError:", "ModuleNotFoundError:", "PackageNotFoundError:")
+
+
 def _gather(t: torch.Tensor) -> list[torch.Tensor]:
     everyone = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, t)
@@ -251,11 +274,12 @@ def _judged(counts: fw_window.Counts, everything: torch.Tensor, micro: list[int]
 
 
 def stack() -> dict[str, str]:
-    """The installed versions of torch and of every audited framework's
-    package (an entry of the matrix may pin its own torch)."""
+    """The installed versions of torch, of every audited framework's
+    package (an entry of the matrix may pin its own torch), and of the
+    packages the --with configurations run."""
     found = {"torch": str(torch.__version__)}
-    for name in frameworks.ADAPTERS:
-        package = frameworks.adapter(name).package
+    packages = [frameworks.adapter(name).package for name in frameworks.ADAPTERS]
+    for package in [*packages, *(o.package for o in options.OPTIONS.values() if o.package)]:
         version = frameworks.installed(package)
         if version is not None:
             found[package] = version
@@ -288,7 +312,7 @@ def _row(conf: Configuration, version: str | None, counts: fw_window.Counts,
                else Verdict.BIASED if first == Verdict.NON_FINITE else first)
     return FrameworkRow(
         framework=conf.framework, version=version, model=conf.model, flags=conf.flags,
-        verdict=verdict, precision=precision,
+        uses=conf.uses, verdict=verdict, precision=precision,
         factor=first_result.scale if verdict == Verdict.SCALED else None,
         matches=match.name, residual=match.residual,
         relative_error=first_result.relative_error,
@@ -309,16 +333,19 @@ def _build(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
     frameworks.load_first(adapter)
     model = models.build(conf.model, fw_window.vocab_size(source), spec.seed,
                          models.SIZE_PRESETS[spec.sizes]).to(ctx.device)
-    # The reference starts from these weights: copied before the framework
-    # sees the model (cheaper than building and initialising it again).
-    initial = copy.deepcopy(model) if keep else model
     workdir = Path(tempfile.mkdtemp(prefix=f"course-fw-{ctx.rank}-"))
     setup = frameworks.Setup(
         conf.framework, conf.model, conf.flags, shape, workdir, ctx.backend,
         ctx.device, ctx.rank, ctx.world_size,
         rebuild=lambda b, m: fw_window.build(dataclasses.replace(
-            shape, batch_size=b, microbatches=m), source))
+            shape, batch_size=b, microbatches=m), source), uses=conf.uses)
+    initial = model
     try:
+        # --with lora: the model as the configuration trains it (no collective).
+        model = options.wrap(conf.uses, model)
+        # The reference starts from these weights: copied before the framework
+        # sees the model (cheaper than building and initialising it again).
+        initial = copy.deepcopy(model) if keep else model
         return adapter.prepare(setup, model, window), initial, "", workdir, False
     except Exception as exc:  # noqa: BLE001 - reported by the caller, if every rank agrees
         failure = _why(exc)
@@ -351,10 +378,35 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
         return dataclasses.replace(
             not_run(conf, failures[0], frameworks.installed(adapter.package)),
             bad_input=bad_input)
+    captured, failure, dropped = None, "", ""
     try:
         captured = train()
+        # --with fsdp on the CPU: trained, but not as asked (no shard).
+        dropped = options.unmet(conf.uses, captured)
+    except Exception as exc:  # noqa: BLE001 - a finding when every rank raised it
+        failure = _why(exc)
+        ctx.log("framework_failed", message=failure)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    # A configuration that raises while it trains (gradient checkpointing
+    # under DDP...) raises on every rank: its row is "failed", with the error;
+    # "not run" where what failed is an import (a package the framework
+    # loads only when it trains: liger-kernel), or where the framework ran
+    # something else than the configuration.
+    outcomes: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(outcomes, (failure, dropped))
+    for found, kind in ((o[0] for o in outcomes), "failed"), ((o[1] for o in outcomes), ""):
+        failures = list(found)
+        if not any(failures):
+            continue
+        if not all(failures):
+            raise FailedOnSomeRanks(conf, failures)
+        if ctx.rank != 0:
+            return None
+        row = not_run(conf, failures[0], frameworks.installed(adapter.package))
+        return row if not kind or failures[0].startswith(MISSING) else dataclasses.replace(
+            row, verdict=Verdict.FAILED)
+    assert captured is not None
     seen: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(seen, captured.seen)
     fed = [list(s) if s else rank for s, rank in zip(seen, window, strict=True)]
@@ -385,7 +437,7 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
     apart = [max(float(everything[c, c] - 2 * everything[c, g0] + everything[g0, g0]), 0.0)
              ** 0.5 for c in grads]
     return _row(conf, version, counts, seen_from, finite, apart, captured.precision,
-                captured.notes)
+                [*options.notes(conf.uses, initial), *captured.notes])
 
 
 def _timed(run: Any, *args: Any) -> tuple[Any, float]:
@@ -421,7 +473,7 @@ def _refused_input(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
 def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
     window = fw_window.build(window_shape(ctx, spec), ctx.corpus.source)
     rows = []
-    confs = [Configuration(**c) for c in spec.configurations]
+    confs = spec.configurations
     for i, conf in enumerate(confs):
         ctx.state.audited = f"{conf.framework}/{conf.model}"
         ctx.log("framework", framework=conf.framework, model=conf.model, flags=conf.flags)
@@ -464,16 +516,17 @@ def trainer_report_name(spec: str) -> str:
 
 
 def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
-                  **kw: Any) -> FrameworksReport:
+                  uses: list[str] | None = None, **kw: Any) -> FrameworksReport:
     """A learner's ``make_trainer(model, dataset)``, on the skewed window:
     ``reports/audit-trainer-<function>.json``. Bad input (no file, no
     function, no Trainer) is StepSpecError, before the audit's launch: the
     function runs in a one-rank launch of its own first, since a learner's
-    TrainingArguments may set up distribution (ddp_backend=...)."""
+    TrainingArguments may set up distribution (ddp_backend=...). ``uses``:
+    the --with configurations, a row for each state (else the plain row)."""
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):
         spec = f"{Path(where).resolve()}:{name}"
-    conf = dataclasses.asdict(Configuration("trainer", model_type, {"spec": spec}))
+    conf = Configuration("trainer", model_type, {"spec": spec})
     # Does it load and build a Trainer? One rank, a launch of its own (the
     # parent never runs a learner's code), in a scratch directory and
     # silent: bad input is one line, before the audit's launch.
@@ -485,7 +538,9 @@ def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
     if refused:
         raise StepSpecError(refused[0].reason.split(": ", 1)[1])
     report_name = trainer_report_name(spec)
-    launch(cfg, out, [FrameworksJob([conf], report=report_name)], **kw)
+    confs = [Configuration("trainer", model_type, {"spec": spec}, {name: dict(state)})
+             for name in uses or () for state in options.OPTIONS[name].states] or [conf]
+    launch(cfg, out, [FrameworksJob(confs, report=report_name)], **kw)
     return FrameworksReport.load(out, report_name)
 
 
@@ -496,7 +551,17 @@ def predicted(row: FrameworkRow) -> str | None:
 
     if row.version is None:
         return None
-    return expected(row.framework, row.version, row.model, row.flags, row.stack)
+    want = expected(row.framework, row.version, row.model, row.flags, row.stack)
+    if row.counts is not None and row.counts.R == 0:
+        # No row's first label supervised (packed rows: each sequence's first
+        # label is the separator): counted before the shift is the same count.
+        want = COINCIDE.get(want or "", want)
+    return want
+
+
+# Formulas that name the same gradient when R = 0.
+COINCIDE = {"counted before the shift": candidates.EXACT.name,
+            "mean of rank means counted before the shift": "mean of rank means"}
 
 
 def describe(report: FrameworksReport) -> str:
@@ -506,17 +571,33 @@ def describe(report: FrameworksReport) -> str:
              f"  {'framework':<11} {'version':<9} {'model':<7} {'flags':<36} "
              f"{'verdict':<17} matches"]
     for r in report.rows:
-        flags = ", ".join(f"{k}={_shown(k, v)}" for k, v in r.flags.items()) or "-"
+        flags = ", ".join([*(f"with {k}({_state(v)})" for k, v in r.uses.items()),
+                           *(f"{k}={_shown(k, v)}" for k, v in r.flags.items()
+                             if k not in _set_by(r.uses))]) or "-"
         verdict = (f"scaled x{r.factor:.4g}" if r.verdict == Verdict.SCALED and r.factor
                    else str(r.verdict))
-        tail = r.reason if r.verdict == Verdict.NOT_RUN else (r.matches or "")
-        if (r.verdict != Verdict.NOT_RUN and r.residual is not None
+        unmeasured = r.verdict in UNMEASURED
+        tail = r.reason if unmeasured else (r.matches or "")
+        if (not unmeasured and r.residual is not None
                 and r.residual > TOLERANCE.of(r.precision)):
             tail += f" (nearest; residual {r.residual:.1e})"
         lines.append(f"  {r.framework:<11} {r.version or '-':<9} {r.model:<7} {flags:<36} "
                      f"{verdict:<17} {tail}")
         lines += [f"    note: {note}" for note in r.notes]
     return "\n".join(lines)
+
+
+def _state(state: Any) -> str:
+    """An option's state in a few words: ``use_reentrant=False``."""
+    if isinstance(state, dict):
+        return ",".join(f"{k}={v}" for k, v in state.items())
+    return str(state)
+
+
+def _set_by(uses: dict[str, Any]) -> set[str]:
+    """The flags the row's --with options set themselves (shown by the option)."""
+    return {k for name, state in uses.items() if name in options.OPTIONS
+            for k in options.OPTIONS[name].flags(state)}
 
 
 def _shown(flag: str, value: Any) -> Any:
@@ -527,11 +608,13 @@ def _shown(flag: str, value: Any) -> Any:
     return value
 
 
-def configurations(names: list[str], model_types: list[str]
+def configurations(names: list[str], model_types: list[str], uses: list[str] | None = None
                    ) -> tuple[list[Configuration], list[tuple[Configuration, str]]]:
     """Every framework's flag sets on every model, and those the installed
     version cannot take, with the reason. A version that takes none of them
-    is audited with its own defaults (no flag)."""
+    is audited with its own defaults (no flag). With ``uses`` (--with), each
+    of those options' states on top of them, on the frameworks it applies to,
+    instead of the plain rows."""
     found: list[Configuration] = []
     refused: list[tuple[Configuration, str]] = []
     for name in names:
@@ -546,15 +629,27 @@ def configurations(names: list[str], model_types: list[str]
                     refused += [(Configuration(name, model, dict(v)), why)
                                 for model in model_types]
             variants = taken or [{}]
+        tops: list[tuple[dict[str, Any], dict[str, Any]]] = [
+            ({}, {})] if not uses else [
+            (options.OPTIONS[o].flags(state), {o: dict(state)}) for o in uses
+            if name in options.OPTIONS[o].frameworks for state in options.OPTIONS[o].states]
         for model in model_types:
-            for flags in variants:
-                found.append(Configuration(name, model, dict(flags)))
+            for top, use in tops:
+                for flags in variants:
+                    conf = Configuration(name, model, {**flags, **top}, use)
+                    if top and version is not None and not adapter.supports(conf.flags):
+                        why = (f"{adapter.package} {version} has no flag "
+                               f"{', '.join(sorted(top))}")
+                        refused.append((conf, why))
+                    else:
+                        found.append(conf)
     return found, refused
 
 
 def not_run(conf: Configuration, reason: str, version: str | None = None) -> FrameworkRow:
     return FrameworkRow(framework=conf.framework, version=version, model=conf.model,
-                        flags=conf.flags, verdict=Verdict.NOT_RUN, reason=reason, stack=stack())
+                        flags=conf.flags, uses=conf.uses, verdict=Verdict.NOT_RUN,
+                        reason=reason, stack=stack())
 
 
 DEFAULT_FRAMEWORKS = ("hf", "accelerate", "lightning", "trl")
@@ -577,10 +672,11 @@ def parse_names(text: str | None, default: tuple[str, ...], what: str) -> list[s
 
 def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[str],
                      *, sizes: str = "tiny", length: int = 24, timing: bool = False,
-                     **kw: Any) -> FrameworksReport:
+                     uses: list[str] | None = None, **kw: Any) -> FrameworksReport:
     """Audit whatever is installed; a framework that is not is ``not run``.
-    ``sizes``, ``length``, ``timing``: see FrameworksJob (the benchmarks)."""
-    confs, refused = configurations(names, model_types)
+    ``sizes``, ``length``, ``timing``: see FrameworksJob (the benchmarks);
+    ``uses``: the --with configurations (``frameworks/options.py``)."""
+    confs, refused = configurations(names, model_types, uses)
     missing = {}
     for name in names:
         package = frameworks.adapter(name).package
@@ -588,8 +684,8 @@ def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[st
             missing[name] = f"{package} is not installed: pip install {package}"
     todo = [c for c in confs if c.framework not in missing]
     if todo:
-        launch(cfg, out, [FrameworksJob([dataclasses.asdict(c) for c in todo], length=length,
-                                        sizes=sizes, timing=timing)], **kw)
+        launch(cfg, out, [FrameworksJob(todo, length=length, sizes=sizes, timing=timing)],
+               **kw)
         report = FrameworksReport.load(out)
     else:
         p = resolve(kw.get("backend", "auto"),

@@ -6,8 +6,8 @@ every component; ``mean_of_means``, the negative control, must not.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,7 +20,7 @@ from course_lib.core.reference import Comparison
 from course_lib.jobs.kind import JobKind, ReportElsewhere, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Report, RunHeader, location_path
+from course_lib.reports.store import Elsewhere, Report, RunHeader, location_path
 from course_lib.run.runfile import JobSpec
 from course_lib.steps import BUILTIN
 
@@ -36,6 +36,44 @@ class NoSyncProbe:
 
 
 @dataclass(frozen=True)
+class GradSample(Mapping[str, Sequence[float]]):
+    """An evenly spaced subset of the gradient's components, for the
+    chapter's scatter plot: where each sits in the flattened gradient, its
+    reference value, and its value after DDP's sync in each mode.
+
+    Its JSON object has these four keys, and the chapters index it by them
+    (``report.grad_sample["reference"]``): it is a read-only mapping too."""
+
+    index: list[int]
+    reference: list[float]
+    global_token: list[float]
+    mean_of_means: list[float]
+
+    def of(self, mode: str) -> list[float]:
+        """The sampled components of ``mode`` (one of ``normalize.MODES``)."""
+        if mode not in MODES:
+            raise KeyError(f"no sampled mode {mode!r}: {', '.join(MODES)}")
+        found: list[float] = getattr(self, mode)
+        return found
+
+    def __getitem__(self, key: str) -> Sequence[float]:
+        if key not in self._keys():
+            raise KeyError(key)
+        found: Sequence[float] = getattr(self, key)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    @classmethod
+    def _keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True)
 class ParityReport(RunHeader, Report):
     NAME: ClassVar[str] = "parity"
     compared_values: int
@@ -47,7 +85,7 @@ class ParityReport(RunHeader, Report):
     window_loss_per_token: float
     modes: dict[str, Comparison]
     no_sync: dict[str, NoSyncProbe]
-    grad_sample: dict[str, list[float]]  # "index", "reference" and one list per mode
+    grad_sample: GradSample
     passed: bool
     control: str
     extra: dict = field(default_factory=dict, repr=False)
@@ -62,11 +100,11 @@ class ParityReport(RunHeader, Report):
 
 
 def _grad_sample(grads: dict[str, torch.Tensor], ref: torch.Tensor,
-                 size: int = 2000) -> dict[str, list[float]]:
+                 size: int = 2000) -> GradSample:
     """An evenly spaced subset of components, for the notebook's scatter plot."""
     idx = torch.linspace(0, ref.numel() - 1, min(size, ref.numel())).long()
-    return {"index": idx.tolist(), "reference": ref[idx].tolist(),
-            **{m: g[idx].tolist() for m, g in grads.items()}}
+    return GradSample(index=idx.tolist(), reference=ref[idx].tolist(),
+                      **{m: g[idx].tolist() for m, g in grads.items()})
 
 
 def run_rank(ctx: RankContext, spec: ParityJob) -> None:
@@ -113,8 +151,8 @@ def parity(cfg: Config, out: Path, **kw: Any) -> ParityReport:
     elsewhere = location_path(out)
     elsewhere.unlink(missing_ok=True)
     launch(cfg, out, [ParityJob()], **kw)
-    if not ParityReport.exists(out) and elsewhere.is_file():
-        where = json.loads(elsewhere.read_text())
+    where = Elsewhere.read(out)
+    if not ParityReport.exists(out) and where is not None:
         raise ReportElsewhere(f"the parity report is on the node of global rank 0: "
-                              f"{where['host']}:{where['out']}/reports/parity.json")
+                              f"{where.report(ParityReport.NAME)}")
     return ParityReport.load(out)

@@ -364,16 +364,18 @@ def empty_text(row: RecipeRow) -> str:
     return describe_empty(e.outcome, e.loss_finite)
 
 
-def describe(report: RecipesReport) -> str:
-    """The verdict table: one line per recipe, digits that hold on any CPU;
-    each verdict against the token mean, then against the recipe's claim."""
+def describe(report: RecipesReport, names: Sequence[str] | None = None) -> str:
+    """The verdict table: one line per recipe (every one, or ``names``),
+    digits that hold on any CPU; each verdict against the token mean, then
+    against the recipe's claim."""
     tol = TOLERANCE.of(report.dtype)
     lines = [f"Production recipes: {report.world_size} ranks, {report.backend} on "
              f"{report.device}, {report.dtype}; verdicts balanced | skewed, and the "
              "relative gradient error per window, against the token mean (RL: sum A l / N)",
              f"{'recipe':<26} {'token mean':<31} {'balanced':>8} {'skewed':>8}  "
              f"{'claims':<16} {'its claim':<31} {'empty window':<20} {'fails'}"]
-    for name, row in report.recipes.items():
+    for name in names or report.recipes:
+        row = report.recipes[name]
         failed = ",".join(c for c, ok in row.checks.items() if not ok) or "-"
         if row.policy:
             failed = "n/a (RL)"
@@ -383,7 +385,8 @@ def describe(report: RecipesReport) -> str:
             f"{name:<26} {verdicts(row, False):<31} {errors[0]:>8} {errors[1]:>8}  "
             f"{row.claims:<16} {verdicts(row, True):<31} {empty_text(row):<20} "
             f"{failed}{mark}")
-    lines.append(f"every prediction holds: {report.every_prediction_holds}")
+    shown = [report.recipes[n] for n in names or report.recipes]
+    lines.append(f"every prediction holds: {all(r.matches for r in shown)}")
     return "\n".join(lines)
 
 
@@ -500,13 +503,15 @@ def real_code(recipe: Recipe, matrix: Matrix) -> RealCode:
     return RealCode(recipe.name, formula, rows, recipe.unrun, tried)
 
 
-def describe_real(matrix: Matrix | None = None) -> str:
-    """Each recipe's real-code line, from the committed version matrix."""
+def describe_real(matrix: Matrix | None = None, names: Sequence[str] | None = None) -> str:
+    """Each recipe's real-code line (every one, or ``names``), from the
+    committed version matrix."""
     matrix = matrix or Matrix.committed()
     runs = LossRuns.committed()
     lines = [f"Real code, from {Matrix.path().name} ({matrix.date}, torch {matrix.torch})"
              f" and {LossRuns.path().name}:"]
-    for name, recipe in RECIPES.items():
+    for name in names or RECIPES:
+        recipe = RECIPES[name]
         text = (loss_code_text(recipe, runs) if recipe.loss_runs
                 else real_code(recipe, matrix).text())
         lines.append(f"  {name:<26} {text}")

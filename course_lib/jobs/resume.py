@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
+
 from course_lib.core import checkpoint
 from course_lib.core.config import Config
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.jobs.train import (
+    TrainState,
     check_resumable,
     continuous_dir,
     resume_state,
@@ -38,7 +41,7 @@ class AblationsJob(JobSpec):
 
 # name -> (the parts a resume restores, what goes wrong without the others)
 ABLATIONS: dict[str, tuple[frozenset[str], str]] = {
-    "weights_only": (
+    "model_only": (
         frozenset({"model"}),
         "momentum buffers, sampler position and RNG states all restart",
     ),
@@ -48,7 +51,7 @@ ABLATIONS: dict[str, tuple[frozenset[str], str]] = {
     ),
     "sampler_from_seed": (
         checkpoint.ALL_PARTS - {"sampler"},
-        "the sampler is re-seeded, so it replays windows 1, 2, ... "
+        "the sampler is re-seeded, so it replays windows 0, 1, ... "
         "instead of drawing the windows after the resume step",
     ),
     "no_rng_state": (
@@ -66,8 +69,13 @@ class Ablation:
     identical: bool
     matters: bool  # it differs from the continuous run, as it must
     why: str
+    # windows counted from 0, as the plan does: the first window the ablation
+    # draws after the resume, and the one the continuous run draws there
     first_window_after_resume: int
     window_expected_after_resume: int
+    # max |param diff| vs the full resume after each update from the resume
+    # step + 1 on (the full resume is the continuous run, bit for bit)
+    drift: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,19 +99,36 @@ def run_rank(ctx: RankContext, spec: AblationsJob) -> None:
     resume_from, continuous = Path(spec.resume_from), Path(spec.continuous)
     resumed = Path(spec.resumed)
     target = checkpoint.load_params(continuous)
+    # the reference trajectory, update by update: a full resume (rank 0 keeps
+    # its parameters after each update; the ranks' replicas are identical)
+    reference: dict[int, dict[str, torch.Tensor]] = {}
+
+    def keep(state: TrainState) -> None:
+        if ctx.rank == 0:
+            reference[state.update] = _params(state)
+
+    train_steps(ctx, resume_state(ctx, resume_from), cfg.train.updates, None,
+                "reference", keep)
     results = {}
     for name, (parts, why) in ABLATIONS.items():
         state = resume_state(ctx, resume_from, parts)
         start, drawn_before = state.update, state.sampler.position
-        train_steps(ctx, state, cfg.train.updates, None, f"ablation:{name}")
+        drift: list[float] = []
+
+        def measure(state: TrainState, drift: list[float] = drift) -> None:
+            if ctx.rank == 0:
+                cmp = checkpoint.compare_params(_params(state), reference[state.update])
+                drift.append(cmp["max_abs_param_diff"])
+
+        train_steps(ctx, state, cfg.train.updates, None, f"ablation:{name}", measure)
         if ctx.rank == 0:
             params = {k: v.detach().cpu() for k, v in state.model.state_dict().items()}
             cmp = checkpoint.compare_params(params, target)
             results[name] = Ablation(
                 restored=sorted(parts), max_abs_param_diff=cmp["max_abs_param_diff"],
                 identical=cmp["identical"], matters=not cmp["identical"], why=why,
-                first_window_after_resume=drawn_before + 1,
-                window_expected_after_resume=start + 1)
+                first_window_after_resume=drawn_before,
+                window_expected_after_resume=start, drift=drift)
     if ctx.rank == 0:
         full = checkpoint.compare_params(checkpoint.load_params(resumed), target)
         ResumeReport(
@@ -118,6 +143,10 @@ def run_rank(ctx: RankContext, spec: AblationsJob) -> None:
             ablations=results,
             every_ablation_matters=all(r.matters for r in results.values()),
         ).save(ctx.out)
+
+
+def _params(state: TrainState) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in state.model.state_dict().items()}
 
 
 KIND = JobKind(AblationsJob, run_rank)

@@ -14,7 +14,7 @@ import json
 import os
 import random
 import shutil
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +30,7 @@ from course_lib.core.normalize import accumulate_window, window_loss
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
+from course_lib.reports import logs
 from course_lib.run import elastic, hooks
 from course_lib.run.runfile import JobSpec
 
@@ -77,13 +78,17 @@ def resume_state(ctx: RankContext, path: Path,
     checkpoint.load(path, model=state.model, optimizer=state.optimizer,
                     sampler=state.sampler, rank=ctx.rank, device=ctx.device,
                     parts=parts)
-    state.update = trainer["step"]
+    state.update = checkpoint.Trainer.of(trainer).step
     return state
 
 
 def train_steps(ctx: RankContext, state: TrainState, stop: int, run_dir: Path | None,
-                label: str) -> None:
+                label: str, after_update: Callable[[TrainState], None] | None = None,
+                ) -> None:
     cfg, every = ctx.cfg, ctx.cfg.train.checkpoint_every
+    # a resumed run counts its own updates: "updates 51-100", 50 of 50
+    start = state.update
+    task = f"train {label}" + (f" (updates {start + 1}-{stop})" if start else "")
     while state.update < stop:
         ctx.state.update = state.update + 1
         hooks.before_update(ctx.fault, ctx.rank, ctx.state.update)
@@ -99,7 +104,9 @@ def train_steps(ctx: RankContext, state: TrainState, stop: int, run_dir: Path | 
         ctx.log("step", run=label, step=state.update, window=state.sampler.position - 1,
                 local_tokens=stats.local_tokens, global_tokens=stats.global_tokens,
                 local_loss_sum=stats.local_loss_sum, loss=loss)
-        ctx.progress(f"train {label}", state.update, stop)
+        ctx.progress(task, state.update - start, stop - start)
+        if after_update is not None:
+            after_update(state)
         if run_dir is not None and (state.update % every == 0 or state.update == stop):
             checkpoint.save(run_dir, state.update, model=state.model,
                             optimizer=state.optimizer, sampler=state.sampler,
@@ -117,9 +124,9 @@ def _reset_train_log(ctx: RankContext, resume_step: int | None) -> None:
     if path.exists():
         kept = []
         if resume_step is not None:
-            for line in path.read_text().splitlines():
-                rec = json.loads(line)
-                if rec["event"] in ("step", "checkpoint") and rec["step"] <= resume_step:
+            for i, line in enumerate(path.read_text().splitlines()):
+                ev = logs.parse(json.loads(line), f"{path.name}:{i + 1}")
+                if isinstance(ev, (logs.Step, logs.Checkpoint)) and ev.step <= resume_step:
                     kept.append(line + "\n")
         path.write_text("".join(kept))
 
@@ -139,11 +146,7 @@ def resume_after_restart(ctx: RankContext, spec: TrainJob) -> TrainJob:
         spec = dataclasses.replace(spec, resume=str(found))
         start = checkpoint.step_of(found)
     if ctx.rank == 0:
-        path = elastic.log_path(run_dir)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(json.dumps({"restart": attempt, "run": spec.label,
-                                "resumed_from_step": start, "time": time.time()}) + "\n")
+        elastic.record_restart(run_dir, attempt, spec.label, start)
     return spec
 
 
@@ -185,13 +188,14 @@ def train_job(run_dir: Path, label: str, stop: int, resume: Path | None = None) 
 
 
 def check_resumable(cfg: Config, path: Path, world_size: int | None = None,
-                    data_dir: Path | None = None) -> dict:
+                    data_dir: Path | None = None) -> checkpoint.Trainer:
     """Refuse, before any launch, a checkpoint that does not fit this run."""
     from course_lib.core import paths
 
     where = locate(cfg, data_dir or paths.data_dir())
-    return checkpoint.verify(path, cfg=cfg, data_lock=load_corpus(cfg, where).lock,
-                             world_size=cfg.with_world_size(world_size).train.world_size)
+    return checkpoint.Trainer.of(checkpoint.verify(
+        path, cfg=cfg, data_lock=load_corpus(cfg, where).lock,
+        world_size=cfg.with_world_size(world_size).train.world_size))
 
 
 def train(cfg: Config, out: Path, *, stop_at: int | None = None,

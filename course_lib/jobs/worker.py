@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import socket
 import sys
@@ -30,7 +29,7 @@ from course_lib.core.config import from_dict
 from course_lib.core.data import load_corpus
 from course_lib.jobs import KINDS, SPECS
 from course_lib.rank.context import JobState, RankContext
-from course_lib.reports.store import location_path
+from course_lib.reports.store import Elsewhere
 from course_lib.run import errorlog, processes
 from course_lib.run.runfile import RunFile, job_to_dict
 
@@ -86,13 +85,11 @@ def run_jobs(ctx: RankContext, run: RunFile) -> None:
 def _tell_where_reports_went(ctx: RankContext, out: Path) -> None:
     """Nodes need not share a filesystem: each node's first worker notes where
     global rank 0 wrote the reports, unless that is this node's own --out."""
-    where = [{"host": socket.gethostname(), "out": str(out)}]
+    here = Elsewhere(host=socket.gethostname(), out=str(out))
+    where = [here]
     dist.broadcast_object_list(where, src=0)  # rank 0's entry reaches everyone
-    here = {"host": socket.gethostname(), "out": str(out)}
     if ctx.rank != 0 and int(os.environ.get("LOCAL_RANK", 0)) == 0 and where[0] != here:
-        path = location_path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(where[0]))
+        where[0].write(out)
 
 
 def _shutdown() -> None:

@@ -3,23 +3,23 @@
 A report is a frozen dataclass that derives from ``Report`` and names its
 file (``NAME``). ``report.save(out)`` writes ``<out>/reports/<NAME>.json``
 atomically; ``Cls.load(out)`` reads it back as the same class, nested
-dataclasses included. Keys the class does not know are kept in ``extra``
-(the contract welcomes extra keys), so an older or newer report still loads.
+dataclasses included, through the one decoder (``core.typed``): a value of
+the wrong kind or a missing key fails in one line. Keys the report does not
+know are kept in ``extra`` (the contract welcomes extra keys), so a newer
+report still loads.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import types
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from enum import Enum
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from course_lib.core import paths
 from course_lib.core.files import write_atomically
+from course_lib.core.typed import decode, encode
 
 R = TypeVar("R", bound="Report")
 
@@ -31,6 +31,33 @@ def report_path(out: Path, name: str) -> Path:
 def location_path(out: Path) -> Path:
     """Written on nodes without global rank 0: where its reports went."""
     return Path(out) / "reports" / "elsewhere.json"
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """``<out>/reports/elsewhere.json``: a node without global rank 0 notes
+    the host and the folder where rank 0 wrote the reports."""
+
+    host: str
+    out: str
+
+    def report(self, name: str) -> str:
+        """Where the report ``name`` is: ``host:out/reports/name.json``."""
+        return f"{self.host}:{self.out}/reports/{name}.json"
+
+    def write(self, out: Path) -> Path:
+        path = location_path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(encode(self)))
+        return path
+
+    @classmethod
+    def read(cls, out: Path) -> Elsewhere | None:
+        """The note in ``out``, or None where this node has none."""
+        path = location_path(out)
+        if not path.is_file():
+            return None
+        return decode(cls, json.loads(path.read_text()), path.name)
 
 
 def _finite(obj: Any) -> Any:
@@ -76,16 +103,15 @@ class Report:
     NAME: ClassVar[str]
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)  # type: ignore[call-overload]
-        extra = data.pop("extra", {}) or {}
-        return {**data, **extra}
+        data: dict[str, Any] = encode(self)
+        return data
 
     def save(self, out: Path, name: str | None = None) -> Path:
         return write(out, name or self.NAME, self.to_dict())
 
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:
-        return build(cls, data)
+        return decode(cls, data)
 
     @classmethod
     def load(cls: type[R], out: Path, name: str | None = None) -> R:
@@ -120,39 +146,6 @@ class Committed(Report):
         return write_atomically(self.path(), to_json(self.to_dict()).encode())
 
 
-def build(cls: type, data: dict[str, Any]) -> Any:
-    """A dataclass from its JSON: nested dataclasses too, unknown keys in ``extra``."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)} - {"extra"}
-    required = {f.name for f in fields(cls) if f.default is MISSING
-                and f.default_factory is MISSING and f.init}
-    missing = sorted(required - set(data))
-    if missing:
-        raise ValueError(f"{cls.__name__} lacks field {missing[0]!r}")
-    kwargs = {k: _value(hints[k], data[k]) for k in known if k in data}
-    if "extra" in hints:
-        kwargs["extra"] = {k: v for k, v in data.items() if k not in known}
-    return cls(**kwargs)
-
-
-def _value(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):  # X | None
-        inner = [a for a in args if a is not type(None)]
-        return _value(inner[0], value) if len(inner) == 1 else value
-    if isinstance(hint, type) and issubclass(hint, Enum):  # a str enum: its word
-        return hint(value)
-    if is_dataclass(hint) and isinstance(value, dict):
-        return build(hint, value)  # type: ignore[arg-type]
-    if origin is dict and isinstance(value, dict):
-        return {k: _value(args[1], v) for k, v in value.items()}
-    if origin is list and isinstance(value, list):
-        return [_value(args[0], v) for v in value]
-    return value
-
-
 def write(out: Path, name: str, data: dict[str, Any]) -> Path:
     """``<out>/reports/<name>.json``, atomically, as strict JSON (NaN -> null).
     ``Report.save`` writes through here."""
@@ -161,5 +154,5 @@ def write(out: Path, name: str, data: dict[str, Any]) -> Path:
     return write_atomically(path, to_json(data).encode())
 
 
-__all__ = ["Report", "RunHeader", "build", "field", "location_path", "report_path",
-           "to_json", "write"]
+__all__ = ["Committed", "Elsewhere", "Report", "RunHeader", "field", "location_path",
+           "report_path", "to_json", "write"]

@@ -40,8 +40,8 @@ def run_dirs(out: Path, jobs: list[JobSpec]) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def _last_step(recs: list[tuple[Path, dict]]) -> int | None:
-    steps = [r["step"] for _, r in recs if r.get("event") == "step"]
+def _last_step(recs: list[tuple[Path, rank_logs.Event]]) -> int | None:
+    steps = [r.step for _, r in recs if isinstance(r, rank_logs.Step)]
     return steps[-1] if steps else None
 
 
@@ -74,17 +74,21 @@ def _root_cause_rank(output: list[str]) -> int | None:
 
 PEER_LOST = ("Connection reset by peer", "Connection closed by peer")
 
+# An error event: (its time, its rank, its log file, the event).
+_Failure = tuple[float, int, Path, rank_logs.Error]
 
-def _culprit(rec: dict, errors: list, output: list[str]) -> int | None:
+
+def _culprit(rec: rank_logs.Error, errors: list[_Failure], output: list[str]
+             ) -> int | None:
     """The rank at fault when the first error only reports another rank's fate.
 
     A rank may name the ranks that never finished a step (``stuck``). A rank
     that lost its gloo peer points at the rank torchrun saw die first, when
     that one left no error of its own (a C++ abort on mismatched collectives).
     """
-    if rec.get("stuck"):
-        return rec["stuck"][0]
-    if any(p in rec["message"] for p in PEER_LOST):
+    if rec.stuck:
+        return rec.stuck[0]
+    if any(p in rec.message for p in PEER_LOST):
         root = _root_cause_rank(output)
         if root is not None and root not in {r for _, r, _, _ in errors}:
             return root
@@ -99,27 +103,26 @@ def diagnose(out: Path, jobs: list[JobSpec], since: float, kind: str, why: str,
     stopped worker is the one that hung the others.
     """
     logs = rank_logs.read(run_dirs(out, jobs), since=since)
-    errors = [(rec["time"], rank, path, rec) for rank, recs in logs.items()
-              for path, rec in recs if rec.get("event") == "error"]
+    errors = [(rec.time, rank, path, rec) for rank, recs in logs.items()
+              for path, rec in recs if isinstance(rec, rank_logs.Error)]
     progress_line = ", ".join(
         f"rank {r} at step {_last_step(recs)}" for r, recs in sorted(logs.items())
     )
     if errors:
         _, first, path, rec = min(errors, key=lambda e: e[0])
-        same = sorted({r for _, r, _, e in errors if e["message"] == rec["message"]})
+        same = sorted({r for _, r, _, e in errors if e.message == rec.message})
         who = (f"ranks {', '.join(map(str, same))}" if len(same) > 1
                else f"rank {first}")
-        step = rec.get("step")
-        step = step if step is not None else _last_step(logs.get(first, []))
-        tb = rec.get("traceback", "").strip().splitlines()[-4:]
+        step = rec.step if rec.step is not None else _last_step(logs.get(first, []))
+        tb = rec.traceback.strip().splitlines()[-4:]
         tail = _tail_of(path) + ("\n" + "\n".join(tb) if tb else "")
-        what, culprit = f"failed in {rec['job']}", _culprit(rec, errors, output)
+        what, culprit = f"failed in {rec.job}", _culprit(rec, errors, output)
         if culprit is not None:
             who, what, first = f"rank {culprit}", what + f" (seen by {who})", culprit
         at = f" at step {step}" if step is not None else ""
-        msg = f"{who} {what}{at}: {rec['message']} [{why}]"
-        return LaunchError(msg + "\n" + tail, rank=first, step=step, job=rec["job"],
-                           audited=rec.get("audited"), log_tail=tail,
+        msg = f"{who} {what}{at}: {rec.message} [{why}]"
+        return LaunchError(msg + "\n" + tail, rank=first, step=step, job=rec.job,
+                           audited=rec.audited, log_tail=tail,
                            interrupted=kind == "interrupt")
     rank = _root_cause_rank(output)
     stopped = sorted(r for r, st in (states or {}).items() if st == psutil.STATUS_STOPPED)
@@ -129,14 +132,14 @@ def diagnose(out: Path, jobs: list[JobSpec], since: float, kind: str, why: str,
     if rank is None and logs:
         # Nobody reported an error (timeout, interrupt): name the laggard,
         # the rank whose last step came first.
-        rank = min(logs, key=lambda r: (_last_step(logs[r]) or 0, logs[r][-1][1]["time"]))
+        rank = min(logs, key=lambda r: (_last_step(logs[r]) or 0, logs[r][-1][1].time))
     step = _last_step(logs.get(rank, [])) if rank is not None else None
     records = logs.get(rank, []) if rank is not None else []
     paths = [p for p, _ in records]
     tail = "\n".join(filter(None, [_tail_of(paths[-1]) if paths else "",
                                    "--- torchrun output ---", *output[-15:]]))
     who = f"rank {rank}" if rank is not None else "the job"
-    where = records[-1][1].get("where") if records else None
+    where = records[-1][1].where if records else None
     signal_name = _root_cause_signal(output) if kind == "error" else None
     if signal_name:
         why = f"killed by {signal_name}; {why}"
@@ -146,7 +149,7 @@ def diagnose(out: Path, jobs: list[JobSpec], since: float, kind: str, why: str,
     msg += (f" at step {step}" if step is not None else "") + f": {why}"
     if progress_line:
         msg += f" ({progress_line})"
-    audited = records[-1][1].get("audited") if records else None
+    audited = records[-1][1].audited if records else None
     return LaunchError(msg + "\n" + tail, rank=rank, step=step, audited=audited,
                        log_tail=tail, interrupted=kind == "interrupt")
 

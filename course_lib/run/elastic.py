@@ -11,11 +11,15 @@ launch starts and reports its lines afterwards.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from course_lib.core import checkpoint
+from course_lib.core.typed import DecodeError, decode, encode
 from course_lib.reports import logs
 
 LAUNCHED_AT = "COURSE_LAUNCHED_AT"  # set by the launcher: time.time() at start
@@ -29,7 +33,7 @@ def restart_count() -> int:
         return 0
 
 
-def resume_point(run_dir: Path, stop: int, since: float, **fit) -> Path | None:
+def resume_point(run_dir: Path, stop: int, since: float, **fit: Any) -> Path | None:
     """The newest valid checkpoint in ``run_dir`` written since ``since``, at
     or before step ``stop``."""
     root = Path(run_dir) / "checkpoints"
@@ -62,15 +66,24 @@ class Restart:
     time: float
 
 
+def record_restart(run_dir: Path, restart: int, run: str, resumed_from_step: int) -> None:
+    """Rank 0 of a restarted launch: one line of ``restarts.jsonl``."""
+    line = Restart(str(run_dir), restart, run, resumed_from_step, time.time())
+    doc = {k: v for k, v in encode(line).items() if k != "run_dir"}  # the file says
+    path = log_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(doc) + "\n")
+
+
 def read_restarts(run_dirs: list[Path]) -> list[Restart]:
     """Every restart logged in ``run_dirs``, oldest first; unreadable lines skipped."""
     found = []
     for run_dir in run_dirs:
         for rec in logs.lines(log_path(run_dir)):
             try:
-                found.append(Restart(str(run_dir), int(rec["restart"]), str(rec.get("run", "")),
-                                     int(rec["resumed_from_step"]), float(rec["time"])))
-            except (KeyError, TypeError, ValueError):
+                found.append(decode(Restart, {**rec, "run_dir": str(run_dir)}))
+            except DecodeError:
                 continue
     return sorted(found, key=lambda r: (r.time, r.restart))
 

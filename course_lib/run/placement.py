@@ -9,8 +9,10 @@ agents and workers can still use it.
 from __future__ import annotations
 
 import os
+import random
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -67,10 +69,43 @@ def resolve(backend: str = "auto", world_size: int = 2,
     return Placement("gloo", "cuda" if device == "cuda" else "cpu", world_size)
 
 
+# The kernel hands out its ephemeral ports to every outgoing connection (gloo
+# opens many), so one it gave us can be taken again before torchrun binds it.
+# A port below that range is only ever taken by a process that asks for it.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10_000
+
+
+def _below_ephemeral() -> range:
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    return range(LOWEST_PORT, low)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
+    """A port that is free now, below the kernel's ephemeral range when the
+    machine says where that range starts; else one the kernel picks."""
+    ports = _below_ephemeral()
+    if len(ports) >= 1_000:
+        pick = random.SystemRandom()
+        for _ in range(64):
+            port = pick.choice(ports)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

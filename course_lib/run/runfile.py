@@ -1,19 +1,24 @@
 """The run file: what the launcher asks the workers of one launch to do.
 
 The launcher writes one ``RunFile`` as JSON; every worker reads it back with
-the same classes. Each job's spec is a frozen dataclass deriving from
-``JobSpec``, with a ``TAG`` that its JSON carries as ``"job"``. The spec
-classes live beside their jobs (``course_lib.jobs``); the worker hands their
-registry to ``RunFile.read``.
+the same classes, through the one decoder (``core.typed``), nested
+dataclasses included: a key a spec does not know, or one it lacks, fails in
+one line. Each job's spec is a frozen dataclass deriving from ``JobSpec``,
+with a ``TAG`` that its JSON carries as ``"job"``. The spec classes live
+beside their jobs (``course_lib.jobs``); the worker hands their registry to
+``RunFile.read``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+
+from course_lib.core.typed import DecodeError, decode, encode
 
 
 class JobSpec:
@@ -31,28 +36,33 @@ def tag(job: JobSpec) -> str:
 
 
 def job_to_dict(job: JobSpec) -> dict[str, Any]:
-    return {"job": job.TAG, **asdict(job)}  # type: ignore[call-overload]
+    return {"job": job.TAG, **encode(job)}
 
 
-def job_from_dict(raw: dict[str, Any], specs: Mapping[str, type[JobSpec]]) -> JobSpec:
-    cls = specs[raw["job"]]
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in raw.items() if k in names})
+def job_from_dict(raw: Mapping[str, Any], specs: Mapping[str, type[JobSpec]],
+                  where: str = "job") -> JobSpec:
+    """The spec of ``raw``'s ``"job"`` tag, every field decoded by its type."""
+    if not isinstance(raw, Mapping) or "job" not in raw:
+        raise DecodeError(f"{where}: a job lacks its tag 'job'")
+    cls = specs.get(raw["job"])
+    if cls is None or not dataclasses.is_dataclass(cls):
+        raise DecodeError(f"{where}: unknown job {raw['job']!r}")
+    return decode(cls, {k: v for k, v in raw.items() if k != "job"}, where)
 
 
 @dataclass(frozen=True)
 class RunFile:
-    config: dict
+    config: dict[str, Any]  # the resolved Config, as core.config.from_dict reads it
     backend: str
     device: str
     data_dir: str
     out: str
     jobs: list[JobSpec]
-    fault: dict | None = None
+    fault: dict[str, Any] | None = None
     collective_timeout: int = 120
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc: dict[str, Any] = encode(dataclasses.replace(self, jobs=[]))
         doc["jobs"] = [job_to_dict(j) for j in self.jobs]
         return doc
 
@@ -60,10 +70,21 @@ class RunFile:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2))
 
     @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], specs: Mapping[str, type[JobSpec]]
+                  ) -> RunFile:
+        jobs = doc.get("jobs") if isinstance(doc, Mapping) else None
+        if not isinstance(jobs, list):
+            raise DecodeError("jobs: a run file holds a list of jobs")
+        found = [job_from_dict(j, specs, f"jobs[{i}]") for i, j in enumerate(jobs)]
+        return decode(cls, {**doc, "jobs": found})
+
+    @classmethod
     def read(cls, path: Path, specs: Mapping[str, type[JobSpec]]) -> RunFile:
-        doc = json.loads(Path(path).read_text())
-        doc["jobs"] = [job_from_dict(j, specs) for j in doc["jobs"]]
-        return cls(**doc)
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()), specs)
+        except DecodeError as exc:
+            raise DecodeError(f"{path.name}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -98,4 +119,5 @@ class LaunchRecord:
         path = Path(out) / "logs" / "launches.jsonl"
         if not path.exists():
             return []
-        return [cls(**json.loads(line)) for line in path.read_text().splitlines() if line]
+        return [decode(cls, json.loads(line), f"{path.name}[{i}]")
+                for i, line in enumerate(path.read_text().splitlines()) if line]

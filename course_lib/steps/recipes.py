@@ -500,7 +500,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     _recipe(accelerate_docs, "accelerate docs", "HF accelerate (docs recipe)",
             "since PR #3193 (2024-12)",
             "accelerate docs/source/usage_guides/gradient_accumulation.md, PR #3193",
-            "W·S / N', N' = N + R (×GA, then ÷GA)", "mean", "shift_scaled",
+            "W·S / N', N' = N + R (×M, then ÷M)", "mean", "shift_scaled",
             "uniformly scaled by N / (N + R) on a causal LM: the guide counts the "
             "labels before the model shifts them", (ZERO_STEP, False),
             real=[RealRun("accelerate", ">=1.0", (), (("recipe", "docs_recipe"),))]),

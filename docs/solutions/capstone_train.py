@@ -47,6 +47,16 @@ def step(model, microbatches, world_size):
             loss.backward()
 
 
+def atomic_save(obj, file):
+    """torch.save to ``file`` whole or not at all (chapter 06)."""
+    # fixed (a checkpoint written in place): a crash inside torch.save left a
+    # truncated file under the final name, and a resume would load it. Write
+    # a temporary file, then rename it: os.replace is atomic on one filesystem.
+    tmp = file.with_name(file.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, file)
+
+
 def save(path, model, optimizer, sampler, update):
     """Every rank calls it after ``update`` updates. Rank 0 writes what the
     ranks share; each rank writes its own RNG state (its dropout masks)."""
@@ -54,11 +64,11 @@ def save(path, model, optimizer, sampler, update):
     path.mkdir(parents=True, exist_ok=True)
     if dist.get_rank() == 0:
         # fixed (the sampler forgotten): its state says which windows come next.
-        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                    "sampler": sampler.state_dict(), "update": update}, path / "state.pt")
+        atomic_save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                     "sampler": sampler.state_dict(), "update": update}, path / "state.pt")
     # fixed (one RNG state for every rank): each rank draws its own dropout masks.
-    torch.save({"torch": torch.get_rng_state()}, path / f"rank-{dist.get_rank()}.pt")
-    dist.barrier()  # nobody resumes from a half-written checkpoint
+    atomic_save({"torch": torch.get_rng_state()}, path / f"rank-{dist.get_rank()}.pt")
+    dist.barrier()  # every rank waits for the writes; a crash is atomic_save's business
 
 
 def load(path, model, optimizer, sampler):
@@ -76,19 +86,22 @@ def load(path, model, optimizer, sampler):
 @torch.no_grad()
 def evaluate(model, corpus, device):
     """Loss per token and token accuracy on the test split, the same on
-    every rank. ``model`` is the plain module, not the DDP wrapper."""
+    every rank. ``model`` is the plain module, not the DDP wrapper: DDP's
+    forward may run collectives of its own (it broadcasts a model's buffers),
+    which would hang as soon as the ranks score unequal numbers of batches."""
     rank, world = dist.get_rank(), dist.get_world_size()
     model.eval()
     # fixed (padded duplicates): each test sequence once, on one rank.
     ids = list(corpus.splits["test"])[rank::world]
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, tokens, correct
+    # the sums of the loss, the tokens and the hits (correct predictions)
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
     for start in range(0, len(ids), 64):
         inputs, labels = collate(corpus, ids[start:start + 64], device=device)
         logits = model(inputs)
         mask = supervised_mask(labels)
         hits = ((logits.argmax(-1) == labels) & mask).sum()
-        totals += torch.stack([loss_sum(logits, labels).double(), mask.sum().double(),
-                               hits.double()])
+        totals += torch.stack([loss_sum(logits, labels).double(),
+                               mask.sum().double(), hits.double()])
     # fixed (a mean of rank means): sum the sums, then divide once.
     dist.all_reduce(totals)
     loss, tokens, correct = totals.tolist()

@@ -69,7 +69,7 @@ def save(path, model, optimizer, sampler, update):
         path.mkdir(parents=True, exist_ok=True)
         torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
                     "rng": torch.get_rng_state(), "update": update}, path / "state.pt")
-    dist.barrier()  # nobody resumes from a half-written checkpoint
+    dist.barrier()  # every rank waits for rank 0's write
 
 
 def load(path, model, optimizer, sampler):
@@ -85,19 +85,22 @@ def load(path, model, optimizer, sampler):
 @torch.no_grad()
 def evaluate(model, corpus, device):
     """Loss per token and token accuracy on the test split, the same on
-    every rank. ``model`` is the plain module, not the DDP wrapper."""
+    every rank. ``model`` is the plain module, not the DDP wrapper: DDP's
+    forward may run collectives of its own (it broadcasts a model's buffers),
+    which would hang as soon as the ranks score unequal numbers of batches."""
     world = dist.get_world_size()
     model.eval()
     test = corpus.splits["test"]
     ids = [test[i] for i in DistributedSampler(test, shuffle=False)]  # this rank's share
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, tokens, correct
+    # the sums of the loss, the tokens and the hits (correct predictions)
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
     for start in range(0, len(ids), 64):
         inputs, labels = collate(corpus, ids[start:start + 64], device=device)
         logits = model(inputs)
         mask = supervised_mask(labels)
         hits = ((logits.argmax(-1) == labels) & mask).sum()
-        totals += torch.stack([loss_sum(logits, labels).double(), mask.sum().double(),
-                               hits.double()])
+        totals += torch.stack([loss_sum(logits, labels).double(),
+                               mask.sum().double(), hits.double()])
     loss, tokens, correct = totals.tolist()
     means = torch.tensor([loss / tokens, correct / tokens], dtype=torch.float64,
                          device=device)

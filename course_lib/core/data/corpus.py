@@ -13,8 +13,10 @@ import hashlib
 import json
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from course_lib.core import files, paths
 from course_lib.core.config import Config
@@ -142,7 +144,8 @@ def generate_corpus(cfg: Config) -> Corpus:
     return Corpus(tuple(sequences), splits, source, _sha256(payload))
 
 
-def _canonical_bytes(cfg, source, sequences, splits) -> bytes:
+def _canonical_bytes(cfg: Config, source: MarkovSource, sequences: Sequence[tuple[int, ...]],
+                     splits: Mapping[str, tuple[int, ...]]) -> bytes:
     doc = {
         "format": FORMAT_VERSION,
         "seed": cfg.seed,
@@ -209,7 +212,7 @@ def locate(cfg: Config, data_dir: Path) -> Path:
     return home
 
 
-def lock_record(cfg: Config, corpus: Corpus) -> dict:
+def lock_record(cfg: Config, corpus: Corpus) -> dict[str, Any]:
     return {
         "sha256": corpus.lock,
         "corpus": corpus_id(cfg),

@@ -102,7 +102,7 @@ def check_plan(cfg: Config, data_dir: Path, world_size: int) -> None:
     make_sampler(cfg, load_corpus(cfg, data_dir), world_size)
 
 
-def parity_window(cfg: Config, corpus: Corpus, world_size: int) -> list:
+def parity_window(cfg: Config, corpus: Corpus, world_size: int) -> list[list[list[int]]]:
     """The plan's window at ``parity.step`` for ``world_size`` ranks, as a
     fresh sampler draws it: the window every parity check compares."""
     sampler = make_sampler(cfg.with_world_size(world_size), corpus, world_size)
