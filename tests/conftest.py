@@ -17,6 +17,34 @@ from tests.machinery import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("COURSE_PROGRESS", "none")
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic"]
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> Path:
+    if not CHROMIUM.exists():
+        pytest.skip("browser tests need Debian's Chromium at /usr/bin/chromium "
+                    "(apt-get install chromium)")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    """One Playwright and one Chromium for the session: Playwright's sync API
+    refuses a second instance while one is open, so the lab's tests and the
+    site's page checks share this one."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(chromium_path), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import ROOT
 
 SITE_DIR = ROOT / "site"
@@ -335,23 +334,6 @@ def serve(site) -> Iterator:
         server.server_close()
 
 
-@pytest.fixture(scope="session")
-def site_browser():
-    """Debian's Chromium through Playwright, as the browser tests drive it."""
-    if not CHROMIUM.exists():
-        pytest.skip("the site's page checks need Debian's Chromium at /usr/bin/chromium "
-                    "(apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 # The page's own checks, in the page: images, math, widgets, lang, the switch.
 PAGE_STATE = """() => {
   const imgs = [...document.images];
@@ -473,8 +455,8 @@ class PageChecker:
 
 
 @pytest.fixture(scope="session")
-def checker(site_browser, serve, site):
-    c = PageChecker(site_browser, serve(site), site)
+def checker(browser, serve, site):
+    c = PageChecker(browser, serve(site), site)
     yield c
     c.close()
 
@@ -550,8 +532,8 @@ def test_a_planted_external_script_fails(planted):
 
 
 @pytest.mark.browser
-def test_chromium_fails_each_planted_page(planted, site_browser, serve):
-    c = PageChecker(site_browser, serve(planted["site"]), planted["site"])
+def test_chromium_fails_each_planted_page(planted, browser, serve):
+    c = PageChecker(browser, serve(planted["site"]), planted["site"])
     try:
         image = c.check(planted["image"])
         script = c.check(planted["script"])

@@ -953,9 +953,10 @@ QUESTIONS: dict[str, Question] = {
         "labels = input_ids[:, 1:], padded with -100 at the end of each row. "
         "You pass it to the installed Trainer with a Llama, "
         "average_tokens_across_devices on. From the lines printed in this "
-        "chapter, for a row of L labels all supervised: how many does the count "
-        "take, how many targets does the loss train, and which token does "
-        "position t learn?", "choice",
+        "chapter, for a sequence of L tokens (its labels: the L - 1 next "
+        "tokens, then one -100): how many labels does the count take, how many "
+        "targets does the loss train, and which token does position t learn?",
+        "choice",
         "L - 2 counted; L - 2 targets; t learns token t + 2",
         "the model's loss shifts whatever labels it gets (_loss_shifts_labels "
         "is True for a Llama), and the count takes labels[..., 1:]: apply both "

@@ -31,10 +31,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
 SCREENSHOTS = ROOT / "runs" / "screenshots"
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0
@@ -151,14 +147,6 @@ def _snapshot(directory: Path) -> dict[str, str]:
 
 
 # --- fixtures -----------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def chromium_path() -> Path:
-    if not CHROMIUM.exists():
-        pytest.skip("browser tests need Debian's Chromium at /usr/bin/chromium "
-                    "(apt-get install chromium)")
-    return CHROMIUM
 
 
 def _write_settings(base: Path, data_dir: Path) -> Path:
@@ -289,19 +277,6 @@ def _stop(server: LabServer) -> list[str]:
         except (OSError, ProcessLookupError):
             pass
     return report
-
-
-@pytest.fixture(scope="session")
-def browser(chromium_path):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path), headless=True,
-                                     args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.hookimpl(hookwrapper=True)
