@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from course_lib.frameworks import Captured, Setup, flat_grad, options, train_and_capture
-from course_lib.frameworks.window import Window
+from course_lib.frameworks.window import Window, dispatched
 
 
 class HFAdapter:
@@ -82,24 +82,6 @@ def arguments(setup: Setup) -> dict[str, Any]:
         # a copy: TrainingArguments fills a nested fsdp_config in, and the row
         # keeps the flags as asked
         **copy.deepcopy(setup.flags))
-
-
-def dispatched(window: Window) -> Any:
-    """Rows in the order accelerate's dispatcher deals them: for each
-    microbatch m, rank 0's rows, then rank 1's, and so on."""
-    from torch.utils.data import IterableDataset
-
-    class Rows(IterableDataset):
-        def __iter__(self):
-            for m in range(len(window[0])):
-                for rank in window:
-                    mb = rank[m]
-                    for row in range(mb.input_ids.shape[0]):
-                        yield {"input_ids": mb.input_ids[row],
-                               "attention_mask": mb.attention_mask[row],
-                               "labels": mb.labels[row]}
-
-    return Rows()
 
 
 def capture_callback(model: torch.nn.Module) -> Any:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.frameworks import Setup, hf
-from course_lib.frameworks.window import Listed, Window
+from course_lib.frameworks.window import Listed, Window, dispatched
 
 Fed = list[list[torch.Tensor]]  # per step: the (input_ids, labels) rows the model was fed
 
@@ -130,7 +130,7 @@ def hf_run(setup: Setup, model: torch.nn.Module, window: Window,
     args.update(logging_strategy="steps", logging_steps=1,
                 per_device_eval_batch_size=eval_batch_size)
     trainer = Trainer(model=model, args=TrainingArguments(**args),
-                      train_dataset=hf.dispatched(window), eval_dataset=Listed(eval_rows),
+                      train_dataset=dispatched(window), eval_dataset=Listed(eval_rows),
                       data_collator=default_data_collator, callbacks=[OnLog()],
                       preprocess_logits_for_metrics=token_sums, compute_metrics=token_mean)
     fed: Fed = []

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from course_lib.frameworks import Captured
-from course_lib.frameworks.window import Window
+from course_lib.frameworks.window import Window, dispatched
 
 State = dict[str, Any]
 
@@ -120,24 +120,19 @@ CHECKPOINTING = Option(
 
 def _collated(window: Window, state: State, vocab_size: int) -> tuple[Any, Any]:
     """Every row unpadded, without labels (the collator makes them), dealt as
-    ``hf.dispatched`` deals them; the collator that pads or flattens them."""
-    from torch.utils.data import IterableDataset
+    ``window.dispatched`` deals them; the collator that pads or flattens them."""
     from transformers import DataCollatorForLanguageModeling, DataCollatorWithFlattening
 
     from course_lib.frameworks.tokenizer import word_level
 
-    class Rows(IterableDataset):
-        def __iter__(self):
-            for m in range(len(window[0])):
-                for rank in window:
-                    mb = rank[m]
-                    for row in range(mb.input_ids.shape[0]):
-                        n = int(mb.attention_mask[row].sum())
-                        yield {"input_ids": mb.input_ids[row, :n].tolist()}
+    def unpadded(mb: Any, row: int) -> dict:
+        n = int(mb.attention_mask[row].sum())
+        return {"input_ids": mb.input_ids[row, :n].tolist()}
 
+    rows = dispatched(window, unpadded)
     if state["collator"] == "language_modeling":
-        return Rows(), DataCollatorForLanguageModeling(word_level(vocab_size), mlm=False)
-    return Rows(), DataCollatorWithFlattening()
+        return rows, DataCollatorForLanguageModeling(word_level(vocab_size), mlm=False)
+    return rows, DataCollatorWithFlattening()
 
 
 def _attention(model: torch.nn.Module, state: State) -> list[str]:

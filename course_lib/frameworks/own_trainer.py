@@ -17,8 +17,8 @@ import torch
 
 from course_lib.core.files import working_dir
 from course_lib.frameworks import Captured, Setup, train_and_capture
-from course_lib.frameworks.hf import capture_callback, dispatched
-from course_lib.frameworks.window import Window
+from course_lib.frameworks.hf import capture_callback
+from course_lib.frameworks.window import Window, dispatched
 from course_lib.steps.base import StepSpecError
 from course_lib.steps.registry import load_function
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 import torch
 
 from course_lib.frameworks import Captured, Setup, train_and_capture
-from course_lib.frameworks.hf import arguments, capture_callback, dispatched, takes
+from course_lib.frameworks.hf import arguments, capture_callback, takes
 from course_lib.frameworks.tokenizer import word_level
-from course_lib.frameworks.window import Window
+from course_lib.frameworks.window import Window, dispatched
 
 
 class TRLAdapter:

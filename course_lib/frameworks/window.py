@@ -13,6 +13,7 @@ them: the model shifts them internally.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,3 +133,26 @@ def counts(window: Window) -> Counts:
     return Counts([[after(mb) for mb in rank] for rank in window],
                   [[before(mb) for mb in rank] for rank in window],
                   [[first(mb) for mb in rank] for rank in window])
+
+
+def dispatched(window: Window, row_of: Callable[[Any, int], dict] | None = None) -> Any:
+    """Rows in the order accelerate's dispatcher deals them: for each
+    microbatch m, rank 0's rows, then rank 1's, and so on. ``row_of(mb, row)``
+    makes one row (default: input ids, attention mask and labels)."""
+    from torch.utils.data import IterableDataset
+
+    def whole(mb: Any, row: int) -> dict:
+        return {"input_ids": mb.input_ids[row], "attention_mask": mb.attention_mask[row],
+                "labels": mb.labels[row]}
+
+    make = row_of or whole
+
+    class Rows(IterableDataset):
+        def __iter__(self):
+            for m in range(len(window[0])):
+                for rank in window:
+                    mb = rank[m]
+                    for row in range(mb.input_ids.shape[0]):
+                        yield make(mb, row)
+
+    return Rows()
