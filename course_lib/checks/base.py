@@ -3,7 +3,6 @@ leaves for its parent side."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from course_lib.core.typed import decode, encode, shallow
+from course_lib.core.typed import decode, read_json, shallow, write_json
 from course_lib.rank.context import RankContext
 from course_lib.run.runfile import JobSpec
 
@@ -58,14 +57,11 @@ class JsonArtifact:
     """An artifact of plain values, as one JSON object."""
 
     def save(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(encode(self)))
-        return path
+        return write_json(self, path)
 
     @classmethod
     def load(cls: type[J], path: Path) -> J:
-        return decode(cls, json.loads(Path(path).read_text()), Path(path).name)
+        return read_json(cls, path)
 
 
 class CheckDefinitionError(TypeError):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_lib.core.model import count_tokens, loss_sum
-from course_lib.core.normalize import EmptyWindowError, Microbatch
+from course_lib.core.model import loss_sum
+from course_lib.core.normalize import EmptyWindowError, Microbatch, window_count
 from course_lib.core.objectives import Objective, window_loss
 
 
@@ -23,7 +23,7 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
 
 def window_tokens(microbatches: Sequence[Microbatch]) -> int:
     """N, the window's supervised tokens; an empty window is refused."""
-    n = int(sum(count_tokens(labels) for _, labels in microbatches))
+    n = int(window_count(microbatches))
     if n <= 0:
         raise EmptyWindowError("no supervised token in the window (N = 0)")
     return n

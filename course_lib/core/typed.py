@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from enum import Enum
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -49,6 +51,20 @@ def encode(obj: object) -> Any:
         extra = doc.pop(EXTRA, None) if _has_extra(type(obj)) else None
         return {**doc, **(extra or {})}
     return _encode(obj)
+
+
+def write_json(obj: object, path: Path) -> Path:
+    """``obj`` as one JSON object at ``path``, its folder made first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(encode(obj)))
+    return path
+
+
+def read_json(cls: type[T], path: Path) -> T:
+    """What ``write_json`` wrote, decoded as ``cls``."""
+    path = Path(path)
+    return decode(cls, json.loads(path.read_text()), path.name)
 
 
 def shallow(obj: object) -> dict[str, Any]:

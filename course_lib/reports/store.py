@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from course_lib.core import paths
 from course_lib.core.files import write_atomically
-from course_lib.core.typed import decode, encode
+from course_lib.core.typed import decode, encode, read_json, write_json
 
 R = TypeVar("R", bound="Report")
 
@@ -46,18 +46,13 @@ class Elsewhere:
         return f"{self.host}:{self.out}/reports/{name}.json"
 
     def write(self, out: Path) -> Path:
-        path = location_path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(encode(self)))
-        return path
+        return write_json(self, location_path(out))
 
     @classmethod
     def read(cls, out: Path) -> Elsewhere | None:
         """The note in ``out``, or None where this node has none."""
         path = location_path(out)
-        if not path.is_file():
-            return None
-        return decode(cls, json.loads(path.read_text()), path.name)
+        return read_json(cls, path) if path.is_file() else None
 
 
 def _finite(obj: Any) -> Any:
