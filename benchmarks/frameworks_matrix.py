@@ -28,13 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from course_lib.jobs.frameworks import (
-    FrameworkRow,
-    FrameworksReport,
-    Matrix,
-    MatrixEntry,
-    MatrixRow,
-)
+from course_lib.frameworks.evidence import FrameworkRow, Matrix, MatrixEntry, MatrixRow
+from course_lib.jobs.frameworks import FrameworksReport
 from course_lib.reports.store import to_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from course_lib.core import paths
 from course_lib.course.api import load_config
-from course_lib.jobs.frameworks import DEFAULT_FRAMEWORKS, FrameworkRow, audit_frameworks
+from course_lib.frameworks.evidence import FrameworkRow
+from course_lib.jobs.frameworks import DEFAULT_FRAMEWORKS, audit_frameworks
 
 
 def show(rows: list[FrameworkRow], title: str) -> list[float]:

@@ -28,7 +28,7 @@ TRL 0.19.1 divides by GA outside ``_compute_loss`` (the Trainer's
 accelerate gets num_steps 1); that division is applied here after the call
 and named in the row. A venv that is missing, or a loss type a version does
 not have, is ``not run`` with its reason. Writes ``data/trl-grpo-loss.json``
-(committed), the ``LossRuns`` report of ``course_lib/jobs/recipes.py``. Not
+(committed), the ``LossRuns`` report of ``course_lib/frameworks/evidence.py``. Not
 part of ``make test``: it needs the matrix's venvs.
 """
 
@@ -40,10 +40,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported late at run time: --worker needs none of it
-    from course_lib.jobs.recipes import LossRun
+    from course_lib.frameworks.evidence import LossRun
 
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / "runs" / "matrix"
@@ -59,11 +59,12 @@ CASES = {
 }
 
 
-def worker(cases: list[str]) -> list[dict]:
-    """In an entry's venv: these cases against the installed trl."""
+def worker(cases: list[str]) -> list[Any]:
+    """In an entry's venv: these cases against the installed trl, as JSON."""
+    from course_lib.core.typed import encode
     from course_lib.frameworks import trl_grpo
 
-    return trl_grpo.compare_all({k: CASES[k] for k in cases})
+    return [encode(r) for r in trl_grpo.compare_all({k: CASES[k] for k in cases})]
 
 
 def main() -> int:
@@ -79,8 +80,9 @@ def main() -> int:
         return 0
     import torch
 
+    from course_lib.core.typed import decode
+    from course_lib.frameworks.evidence import LossRun, LossRuns
     from course_lib.frameworks.trl_grpo import WORLD
-    from course_lib.jobs.recipes import LossRun, LossRuns
 
     venvs = {entry: VENVS / entry / "venv" / "bin" / "python" for entry in ENTRIES}
     if args.quick:
@@ -98,7 +100,8 @@ def main() -> int:
             why = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
             runs += [_not_run(LossRun, entry, k, CASES[k], why, WORLD) for k in cases]
             continue
-        runs += [LossRun(**row) for row in json.loads(proc.stdout.strip().splitlines()[-1])]
+        runs += [decode(LossRun, row)
+                 for row in json.loads(proc.stdout.strip().splitlines()[-1])]
     report = LossRuns(date=datetime.date.today().isoformat(), torch=torch.__version__,
                       command="python benchmarks/trl_grpo_loss.py", dtype="float64",
                       runs=runs)

@@ -74,7 +74,7 @@ _EXPORTS: dict[str, str] = {
     "audit_frameworks": "course_lib.jobs.frameworks:audit_frameworks",
     "audit_trainer": "course_lib.jobs.frameworks:audit_trainer",
     "describe_frameworks": "course_lib.jobs.frameworks:describe",
-    "Matrix": "course_lib.jobs.frameworks:Matrix",
+    "Matrix": "course_lib.frameworks.evidence:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
     # 05 the bug lab: the uneven layout, and what its check kept of a step
     "uneven_result": "course_lib.checks.uneven:result_path",

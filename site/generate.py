@@ -177,8 +177,8 @@ RECIPE_HEAD = ["recipe", "framework, versions", "citation", "backprop", "reducti
 def recipe_rows() -> list[list[str]]:
     """One row per recipe of ``RECIPES``, its last cell the real code's line."""
     from course_lib.course import recipes_page
-    from course_lib.jobs.frameworks import Matrix
-    from course_lib.jobs.recipes import LossRuns, empty_text, loss_code_text, real_code
+    from course_lib.frameworks.evidence import LossRuns, Matrix, loss_code_text, real_code
+    from course_lib.jobs.recipes import empty_text
     from course_lib.jobs.recipes import verdicts as verdict_pair
     from course_lib.steps.recipes import RECIPES
 
@@ -216,7 +216,7 @@ def recipes_table() -> str:
 
 
 def matrix_table() -> str:
-    from course_lib.jobs.frameworks import Matrix
+    from course_lib.frameworks.evidence import Matrix
 
     m = Matrix.committed()
     rows = []
@@ -243,7 +243,7 @@ def matrix_figure(path: Path) -> None:
 
     matplotlib.use("Agg")
     from course_lib.course import plots
-    from course_lib.jobs.frameworks import Matrix
+    from course_lib.frameworks.evidence import Matrix
 
     fig = plots.framework_matrix(Matrix.committed())
     fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})

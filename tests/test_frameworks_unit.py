@@ -85,7 +85,8 @@ def test_the_committed_matrix_agrees_with_the_table():
     from packaging.version import Version
 
     from course_lib.core.verdicts import Verdict
-    from course_lib.jobs.frameworks import Matrix, predicted
+    from course_lib.frameworks.evidence import Matrix
+    from course_lib.jobs.frameworks import predicted
 
     doc = Matrix.committed()
     assert doc.date and doc.torch and doc.command.startswith("python benchmarks/")

@@ -110,16 +110,17 @@ def test_every_row_says_what_the_real_code_measured():
     """Each recipe names the matrix rows that ran its real code, or why none
     did; every such row trained the recipe's objective; and every measured
     row belongs to exactly one recipe (4.46.2, whose ranks disagree, to none)."""
-    from course_lib.jobs.frameworks import Matrix
+    from course_lib.frameworks import evidence
+    from course_lib.frameworks.evidence import Matrix
 
     matrix = Matrix.committed()
-    runs = recipe_audit.LossRuns.committed()
+    runs = evidence.LossRuns.committed()
     for name, r in RECIPES.items():
-        found = recipe_audit.real_code(r, matrix)
+        found = evidence.real_code(r, matrix)
         assert bool(r.real or r.loss_runs) != bool(r.unrun), name
         if r.loss_runs:
             assert not r.real, name
-            text = recipe_audit.loss_code_text(r, runs)
+            text = evidence.loss_code_text(r, runs)
             assert text.startswith("run (loss function, trl "), (name, text)
             assert "loss and gradient allclose" in text, (name, text)
         elif r.real:
@@ -129,7 +130,7 @@ def test_every_row_says_what_the_real_code_measured():
             assert found.text().startswith("not run (")
     for row in matrix.measured:
         owners = [n for n, r in RECIPES.items()
-                  if any(recipe_audit.selects(sel, row) for sel in r.real)]
+                  if any(evidence.selects(sel, row) for sel in r.real)]
         where = f"{row.entry} {row.model} {row.flags}"
         if row.verdict == "ranks disagree":
             assert owners == [], where
@@ -509,17 +510,17 @@ def test_the_installed_trl_loss_is_the_recipes_and_a_wrong_one_is_not():
     cases = {"dapo/spg=ga": ("dapo", 2, 2), "dapo/spg=2ga": ("dapo", 1, 2),
              "bnpo": ("bnpo", 2, 2), "grpo": ("grpo", 2, 2), "dr_grpo": ("dr_grpo", 2, 2)}
     rows = trl_grpo.compare_all(cases)
-    assert [r["status"] for r in rows] == ["run"] * len(cases)
-    assert all(r["loss_allclose"] and r["grad_allclose"] for r in rows), rows
+    assert [r.status for r in rows] == ["run"] * len(cases)
+    assert all(r.loss_allclose and r.grad_allclose for r in rows), rows
 
     def before_6024(loss_type, terms, mask, ga, **kw):
         return rl_recipes.trl_grpo_loss(loss_type, terms, mask, ga,
                                         **{**kw, "generation_steps": ga})
 
-    wrong = {r["key"].split("/", 1)[1]: r for r in trl_grpo.compare_all(cases, before_6024)}
-    assert not wrong["dapo/spg=2ga"]["loss_allclose"]
-    assert not wrong["dapo/spg=2ga"]["grad_allclose"]
-    assert wrong["dapo/spg=ga"]["grad_allclose"], "the same where spg = GA"
+    wrong = {r.key.split("/", 1)[1]: r for r in trl_grpo.compare_all(cases, before_6024)}
+    assert not wrong["dapo/spg=2ga"].loss_allclose
+    assert not wrong["dapo/spg=2ga"].grad_allclose
+    assert wrong["dapo/spg=ga"].grad_allclose, "the same where spg = GA"
 
 
 def test_the_committed_loss_runs_load_and_back_every_trl_row():

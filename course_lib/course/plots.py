@@ -18,9 +18,9 @@ from course_lib.reports.numbers import TINY, err_bound
 
 if TYPE_CHECKING:
     from course_lib.course.api import EvaluationReport
+    from course_lib.frameworks.evidence import Matrix, MatrixRow
     from course_lib.jobs.audit import BugsReport
     from course_lib.jobs.exercise import ExerciseReport
-    from course_lib.jobs.frameworks import Matrix, MatrixRow
     from course_lib.jobs.parity import ParityReport
     from course_lib.jobs.resume import ResumeReport
 

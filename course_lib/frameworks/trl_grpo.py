@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from course_lib.core.verdicts import Verdict
+from course_lib.frameworks.evidence import LossRun
 
 WORLD = 2  # accelerator.num_processes: the dapo normalizer divides by it
 RTOL, ATOL = 1e-10, 1e-12  # float64 on both sides
@@ -78,9 +79,9 @@ def _grads(model: torch.nn.Module) -> torch.Tensor:
 
 
 def compare_all(cases: dict[str, tuple[str, int, int]],
-                aggregate: Callable[..., torch.Tensor] | None = None) -> list[dict]:
+                aggregate: Callable[..., torch.Tensor] | None = None) -> list[LossRun]:
     """Each case (key suffix -> loss_type, GA, steps_per_generation) against
-    the installed TRL: rows of ``jobs.recipes.LossRun``'s fields. ``aggregate``
+    the installed TRL, one ``LossRun`` each. ``aggregate``
     replaces the re-implementation (a test passes a wrong one)."""
     import trl
     from packaging.version import Version
@@ -106,14 +107,14 @@ def compare_all(cases: dict[str, tuple[str, int, int]],
     source = Path(sys.modules[GRPOTrainer.__module__].__file__ or "").read_text()
     mask = supervised_mask(labels)
     adv = rl.completion_advantages(labels)  # (B,), as TRL's inputs hold them
-    rows = []
+    rows: list[LossRun] = []
     for suffix, (loss_type, ga, spg) in cases.items():
         row: dict[str, Any] = dict(
             key=f"trl-{version}/{suffix}", entry=f"trl-{version}", loss_type=loss_type,
             accumulation=ga, steps_per_generation=spg, world_size=WORLD, version=version)
         if f'"{loss_type}"' not in source:
-            rows.append(dict(row, status=Verdict.NOT_RUN.value,
-                             reason=f"trl {version} has no loss_type {loss_type!r}"))
+            rows.append(LossRun(**row, status=Verdict.NOT_RUN.value,
+                                reason=f"trl {version} has no loss_type {loss_type!r}"))
             continue
         model.zero_grad(set_to_none=True)
         logps = torch.log_softmax(model(inputs), -1).gather(
@@ -139,8 +140,8 @@ def compare_all(cases: dict[str, tuple[str, int, int]],
         model.zero_grad(set_to_none=True)
         aggregate(loss_type, *rl.policy_terms(model(inputs), labels), ga, **kw).backward()
         g_mine = _grads(model)
-        rows.append(dict(
-            row, status="run", entry_point=applied, loss_trl=float(loss.detach()),
+        rows.append(LossRun(
+            **row, status="run", entry_point=applied, loss_trl=float(loss.detach()),
             loss_mine=float(value),
             loss_allclose=bool(torch.allclose(loss.detach(), value.detach(),
                                               rtol=RTOL, atol=ATOL)),

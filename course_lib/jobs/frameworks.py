@@ -30,9 +30,10 @@ from course_lib.core.verdicts import NOT_FINITE, TOLERANCE, Verdict
 from course_lib.frameworks import candidates, models, options
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
+from course_lib.frameworks.evidence import UNMEASURED, FrameworkRow, RankResult, WindowCounts
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Committed, Report, RunHeader
+from course_lib.reports.store import Report, RunHeader
 from course_lib.run import progress
 from course_lib.run.placement import resolve
 from course_lib.run.runfile import JobSpec
@@ -65,50 +66,6 @@ class FrameworksJob(JobSpec):
 
 
 @dataclass(frozen=True)
-class RankResult:
-    rank: int
-    relative_error: float | None
-    scale: float | None
-
-
-@dataclass(frozen=True)
-class WindowCounts:
-    N: int  # noqa: N815 (the course's notation)
-    N_r: list[int]  # noqa: N815
-    R: int  # noqa: N815
-
-
-@dataclass(frozen=True)
-class FrameworkRow:
-    framework: str
-    version: str | None
-    model: str
-    flags: dict[str, Any]
-    # exact, uniformly scaled, biased, ranks disagree, failed or not run
-    verdict: Verdict
-    reason: str = ""  # why it was not run, or the error it failed with
-    uses: dict[str, Any] = field(default_factory=dict)  # --with: name -> state
-    # Not run because the learner's own function (--trainer) was bad input:
-    # it returned no Trainer, or raised (the CLI's exit 2).
-    bad_input: bool = False
-    precision: str = "float32"  # the framework's compute precision (its tolerance)
-    stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
-    notes: list[str] = field(default_factory=list)  # e.g. a learner's clipping
-    seconds: dict[str, float] = field(default_factory=dict)  # with timing: alone, audited
-    peak_rss_mb: float | None = None  # with timing: rank 0's peak memory
-    factor: float | None = None  # the measured scale, when uniformly scaled
-    matches: str | None = None  # the nearest candidate formula
-    residual: float | None = None  # its relative residual
-    relative_error: float | None = None  # rank 0's ||g - g*|| / ||g*||
-    counts: WindowCounts | None = None
-    ranks: list[RankResult] = field(default_factory=list)
-
-
-# Rows without a gradient: refused or missing here, or raised while training.
-UNMEASURED = (Verdict.NOT_RUN, Verdict.FAILED)
-
-
-@dataclass(frozen=True)
 class FrameworksReport(RunHeader, Report):
     NAME: ClassVar[str] = "frameworks"
     window: dict[str, int]  # microbatches, batch_size, length
@@ -118,93 +75,6 @@ class FrameworksReport(RunHeader, Report):
     @property
     def every_verdict_measured(self) -> bool:
         return all(r.verdict not in UNMEASURED for r in self.rows)
-
-
-# --- the version matrix: data/frameworks-matrix.json ------------------------------------
-
-
-@dataclass(frozen=True)
-class MatrixRow(FrameworkRow):
-    entry: str = ""  # the matrix entry (one pinned venv) that measured it
-
-
-@dataclass(frozen=True)
-class MatrixEntry:
-    pins: list[str]  # what pip installed in the entry's venv
-    frameworks: str  # the adapters audited there; "" for a framework only tried
-    status: str  # "measured" or "not run"
-    reason: str = ""  # why not run: pip's reason, an import error, no adapter
-    rows: list[FrameworkRow] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Matrix(Committed):
-    """The committed version matrix: ``benchmarks/frameworks_matrix.py``
-    writes it, the recipes table and the chapters read it."""
-
-    NAME: ClassVar[str] = "frameworks-matrix"
-    date: str
-    torch: str
-    python: str
-    command: str  # what made it
-    models: list[str]
-    entries: dict[str, MatrixEntry]
-    rows: list[MatrixRow]  # every entry's rows, each with its entry's name
-    extra: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Matrix:
-        """As stored, with the formula names of today (``candidates.RENAMED``):
-        the matrix keeps the names it was measured with."""
-        data = copy.deepcopy(data)
-        rows = [*data.get("rows", []),
-                *(r for e in data.get("entries", {}).values() for r in e.get("rows", []))]
-        for row in rows:
-            row["matches"] = candidates.RENAMED.get(row.get("matches"), row.get("matches"))
-        return super().from_dict(data)
-
-    @property
-    def measured(self) -> list[MatrixRow]:
-        return [r for r in self.rows if r.verdict not in UNMEASURED]
-
-    def describe(self, framework: str = "hf") -> str:
-        """One framework's measured rows as a table (version, model, the flag
-        ``average_tokens_across_devices``, the formula matched); consecutive
-        versions with the same rows share one line of versions. For another
-        framework than ``hf``, a column gives the transformers it ran on, and
-        the flag column its configuration ("default": none set)."""
-        hf = framework == "hf"
-        by_version: dict[str, list[tuple[str, str, str, str]]] = {}
-        for r in self.measured:
-            if r.framework != framework:
-                continue
-            seen = r.matches or ""
-            if r.verdict == Verdict.RANKS_DISAGREE:
-                seen = f"ranks disagree ({seen})"
-            if hf:
-                flag = str(r.flags.get("average_tokens_across_devices", "-"))
-            else:
-                flag = ",".join(f"{k}={v}" for k, v in r.flags.items()) or "default"
-            stack = "" if hf else r.stack.get("transformers", "-")
-            by_version.setdefault(r.version or "-", []).append(
-                (stack, r.model, flag, seen))
-        groups: list[tuple[list[str], list[tuple[str, str, str, str]]]] = []
-        for version, found in by_version.items():
-            if groups and groups[-1][1] == found:
-                groups[-1][0].append(version)
-            else:
-                groups.append(([version], found))
-        flags = max([6, *(len(f[2]) for _, found in groups for f in found)])
-        stacks = "" if hf else f"{'transformers':<13}"
-        lines = [f"{'versions':<16} {stacks}{'model':<6} {'flag':<{flags}} "
-                 "gradient matches"]
-        for versions, found in groups:
-            shown = "-".join(dict.fromkeys([versions[0], versions[-1]]))
-            for stack, model, flag, seen in found:
-                tf = "" if hf else f"{stack:<13}"
-                lines.append(f"{shown:<16} {tf}{model:<6} {flag:<{flags}} {seen}")
-                shown = ""
-        return "\n".join(lines)
 
 
 # --- in the launch -------------------------------------------------------------------

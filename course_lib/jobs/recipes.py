@@ -30,28 +30,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
-from course_lib import checks, frameworks
+from course_lib import checks
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
 from course_lib.core.model import build_model
 from course_lib.core.normalize import EmptyWindowError
 from course_lib.core.verdicts import TOLERANCE, EmptyOutcome, Verdict, classify
-from course_lib.frameworks.candidates import CANDIDATES
+from course_lib.frameworks.evidence import LossRuns, Matrix, loss_code_text, real_code
 from course_lib.jobs.audit import AuditInputError, audit, parse_checks, with_dtype
-from course_lib.jobs.frameworks import Matrix, MatrixRow
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
-from course_lib.reports.store import Committed, Report, RunHeader
+from course_lib.reports.store import Report, RunHeader
 from course_lib.run.runfile import JobSpec
 from course_lib.steps.recipes import (
     RECIPES,
     NonFiniteLossError,
     Prediction,
-    RealRun,
     Recipe,
     describe_empty,
     empty_outcome,
@@ -439,70 +434,6 @@ def describe_recipes(names: Sequence[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-# --- the real code: what the version matrix measured for each recipe -----------------------
-
-
-@dataclass(frozen=True)
-class RealCode:
-    """The runs of the real code behind one recipe (rows of the committed
-    version matrix), and whether each trained the recipe's objective."""
-
-    recipe: str
-    formula: str | None  # the candidate formula the recipe's objective is
-    rows: list[MatrixRow]
-    unrun: str  # why the real code was not run, when no row is
-    tried: str = ""  # the matrix entry that tried it, and what it found
-
-    @property
-    def disagreeing(self) -> list[MatrixRow]:
-        return [r for r in self.rows if r.matches != self.formula]
-
-    @property
-    def agrees(self) -> bool:
-        return bool(self.rows) and not self.disagreeing
-
-    def text(self) -> str:
-        """One line: which versions and model classes were run, and the outcome."""
-        if not self.rows:
-            tried = f"; tried: {self.tried}" if self.tried else ""
-            return f"not run ({self.unrun}{tried})"
-        ran = "; ".join(_versions(self.rows, fw) for fw in dict.fromkeys(
-            r.framework for r in self.rows))
-        if self.agrees:
-            return f"run: {ran}: {self.formula}, as predicted"
-        odd = ", ".join(f"{r.entry} {r.model} {r.matches}" for r in self.disagreeing)
-        return f"run: {ran}: {len(self.disagreeing)} of {len(self.rows)} differ ({odd})"
-
-
-def _package(sel: RealRun) -> str:
-    return sel.package or frameworks.adapter(sel.framework).package
-
-
-def selects(sel: RealRun, row: MatrixRow) -> bool:
-    """Whether a measured matrix row ran the real code this selector names."""
-    version = row.stack.get(_package(sel)) or row.version
-    return (row.verdict != Verdict.NOT_RUN and row.framework == sel.framework
-            and version is not None and Version(version) in SpecifierSet(sel.versions)
-            and (not sel.models or row.model in sel.models)
-            and all(row.flags.get(k) == v for k, v in sel.flags))
-
-
-def _versions(rows: Sequence[MatrixRow], framework: str) -> str:
-    mine = [r for r in rows if r.framework == framework]
-    versions = sorted({r.version or "?" for r in mine}, key=Version)
-    models = sorted({r.model for r in mine})
-    label = frameworks.adapter(framework).package
-    return f"{label} {', '.join(versions)} on {', '.join(models)}"
-
-
-def real_code(recipe: Recipe, matrix: Matrix) -> RealCode:
-    formula = next((c.name for c in CANDIDATES if c.objective == recipe.objective), None)
-    rows = [r for r in matrix.measured if any(selects(sel, r) for sel in recipe.real)]
-    entry = matrix.entries.get(recipe.tried) if recipe.tried else None
-    tried = f"{recipe.tried}, {entry.reason}" if entry else ""
-    return RealCode(recipe.name, formula, rows, recipe.unrun, tried)
-
-
 def describe_real(matrix: Matrix | None = None, names: Sequence[str] | None = None) -> str:
     """Each recipe's real-code line (every one, or ``names``), from the
     committed version matrix."""
@@ -518,72 +449,3 @@ def describe_real(matrix: Matrix | None = None, names: Sequence[str] | None = No
     return "\n".join(lines)
 
 
-# --- the real loss: TRL GRPO's _compute_loss against the re-implementation ---------------
-
-
-@dataclass(frozen=True)
-class LossRun:
-    """One TRL version's real ``GRPOTrainer._compute_loss`` for one loss type,
-    on one process, against ``rl_recipes.trl_grpo_loss`` on the same tensors
-    (``benchmarks/trl_grpo_loss.py``): the loss value on TRL's own per-token
-    terms, and the gradient against the recipe's A-weighted cross-entropy."""
-
-    key: str  # entry/loss_type[/case]: what Recipe.loss_runs names
-    entry: str  # the venv's name, e.g. trl-1.16.0
-    loss_type: str
-    accumulation: int  # GA, as current_gradient_accumulation_steps
-    steps_per_generation: int
-    world_size: int  # accelerator.num_processes, as the loss saw it
-    status: str  # "run" or "not run"
-    reason: str = ""  # why not run
-    version: str | None = None  # trl's, as imported
-    entry_point: str = ""  # what was called, and what was applied after it
-    loss_trl: float | None = None
-    loss_mine: float | None = None
-    loss_allclose: bool | None = None
-    grad_max_abs_diff: float | None = None
-    grad_allclose: bool | None = None
-
-    @property
-    def agrees(self) -> bool:
-        return self.status == "run" and bool(self.loss_allclose) and bool(self.grad_allclose)
-
-
-@dataclass(frozen=True)
-class LossRuns(Committed):
-    """The committed comparison, ``data/trl-grpo-loss.json``: written by
-    ``benchmarks/trl_grpo_loss.py``, read by the recipes' real-code lines."""
-
-    NAME: ClassVar[str] = "trl-grpo-loss"
-    date: str
-    torch: str
-    command: str
-    dtype: str
-    runs: list[LossRun]
-    extra: dict = field(default_factory=dict, repr=False)
-
-    def by_key(self) -> dict[str, LossRun]:
-        return {r.key: r for r in self.runs}
-
-
-def loss_code_text(recipe: Recipe, runs: LossRuns | None) -> str:
-    """The real-code line of a recipe whose loss function was run (TRL GRPO)."""
-    if runs is None:
-        return f"not run ({LossRuns.path().name} was never written)"
-    found = runs.by_key()
-    mine = [found.get(k) for k in recipe.loss_runs]
-    missing = [k for k, r in zip(recipe.loss_runs, mine, strict=True) if r is None]
-    if missing:
-        return f"not run ({', '.join(missing)}: not in {LossRuns.path().name})"
-    done = [r for r in mine if r is not None and r.status == "run"]
-    if not done:
-        return "not run (" + "; ".join(f"{r.key}: {r.reason}" for r in mine if r) + ")"
-    bad = [r.key for r in done if not r.agrees]
-    where = ", ".join(f"trl {r.version}" for r in done)
-    worst = max(r.grad_max_abs_diff or 0.0 for r in done)
-    if bad:
-        return f"run (loss function, {where}): differs ({', '.join(bad)})"
-    skipped = [r.key for r in mine if r is not None and r.status != "run"]
-    tail = f"; not run: {', '.join(skipped)}" if skipped else ""
-    return (f"run (loss function, {where}): loss and gradient allclose, "
-            f"max |dg| {worst:.1e}{tail}")
