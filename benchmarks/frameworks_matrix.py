@@ -4,6 +4,13 @@ registry, in a venv of its own, audited by ``course-lib frameworks``.
     .venv/bin/python benchmarks/frameworks_matrix.py            # every entry
     .venv/bin/python benchmarks/frameworks_matrix.py --only transformers-5.10.1
     .venv/bin/python benchmarks/frameworks_matrix.py --quick  # this venv, nothing written
+    .venv/bin/python benchmarks/frameworks_matrix.py --add transformers==5.25.0
+
+``--add PACKAGE==VERSION`` measures one more version and keeps it in the
+matrix: its entry (``<package>-<version>``, its pins, the adapters it runs)
+is stored in the committed file, and a later run of every entry runs it
+again. ``tests/test_frameworks_unit.py`` fails when an installed framework
+is newer than the matrix's newest measured row, and names this command.
 
 Each entry gets ``runs/matrix/<name>/venv``: the pinned versions installed by
 pip into it, in front of this checkout's ``.venv`` (a ``.pth`` adds the
@@ -62,6 +69,10 @@ ENTRIES: dict[str, tuple[list[str], str]] = {
     "unsloth-2026.10.9": (["unsloth==2026.10.9"], "unsloth"),
 }
 MODELS = "gpt2,llama"
+# --add: the adapters a new version of each package runs, and the packages
+# whose installed version the matrix must cover.
+ADAPTERS_OF = {"transformers": "hf,accelerate", "accelerate": "hf,accelerate",
+               "lightning": "lightning", "trl": "trl"}
 
 # Frameworks from the research notes that have no adapter yet: each is
 # installed from the registry and probed, and its entry says why it did not
@@ -147,8 +158,9 @@ def matrix(entries: dict[str, MatrixEntry], command: str, models: str = MODELS) 
     import torch
 
     # The entries in the table's order (an entry dropped from it is dropped);
-    # --quick's one entry is in no table.
-    order = [n for n in [*ENTRIES, *TRIED] if n in entries] or list(entries)
+    # The tables' entries first, then those added (--add) and --quick's.
+    order = [n for n in [*ENTRIES, *TRIED] if n in entries]
+    order += [n for n in entries if n not in order]
     return Matrix(
         date=datetime.date.today().isoformat(), torch=torch.__version__,
         python=sys.version.split()[0], command=command,
@@ -178,6 +190,9 @@ def quick() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="comma-separated entry names")
+    parser.add_argument("--add", action="append", default=[], metavar="PACKAGE==VERSION",
+                        help=f"measure one more version of {', '.join(ADAPTERS_OF)} "
+                             "and keep it in the matrix (repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="this venv's HF Trainer on GPT-2: no install, no file written")
     args = parser.parse_args()
@@ -185,11 +200,22 @@ def main() -> int:
         if args.only:
             parser.error("--quick audits this venv: drop --only")
         return quick()
-    names = args.only.split(",") if args.only else [*ENTRIES, *TRIED]
-    unknown = [n for n in names if n not in ENTRIES and n not in TRIED]
+    entries = dict(Matrix.committed().entries) if Matrix.path().exists() else {}
+    known = {**ENTRIES, **{n: (e.pins, e.frameworks) for n, e in entries.items()
+                           if n not in ENTRIES and n not in TRIED and e.frameworks}}
+    added = {}
+    for spec in args.add:
+        package, _, version = spec.partition("==")
+        if package not in ADAPTERS_OF or not version:
+            parser.error(f"--add {spec}: expected PACKAGE==VERSION, PACKAGE one of "
+                         f"{', '.join(ADAPTERS_OF)}")
+        added[f"{package}-{version}"] = ([spec], ADAPTERS_OF[package])
+    known.update(added)
+    names = (args.only.split(",") if args.only else list(added)
+             or [*known, *TRIED])
+    unknown = [n for n in names if n not in known and n not in TRIED]
     if unknown:
         parser.error(f"--only: unknown entries {', '.join(unknown)}")
-    entries = dict(Matrix.committed().entries) if Matrix.path().exists() else {}
     for name in names:
         started = time.monotonic()
         if name in TRIED:
@@ -198,7 +224,7 @@ def main() -> int:
             entries[name] = MatrixEntry(pins, "", "not run", why)
             print(f"{name:<22} {time.monotonic() - started:6.1f} s  not run: {why}", flush=True)
             continue
-        pins, frameworks = ENTRIES[name]
+        pins, frameworks = known[name]
         reason = install(name, pins)
         rows: list[FrameworkRow] = []
         if reason is None:
@@ -208,7 +234,8 @@ def main() -> int:
         verdicts = ", ".join(f"{r.model} {r.verdict}" for r in rows) or reason
         print(f"{name:<22} {time.monotonic() - started:6.1f} s  {verdicts}", flush=True)
     matrix(entries, "python benchmarks/frameworks_matrix.py"
-           + (f" --only {args.only}" if args.only else "")).write()
+           + (f" --only {args.only}" if args.only else "")
+           + "".join(f" --add {spec}" for spec in args.add)).write()
     print(f"wrote {Matrix.path().relative_to(ROOT)}")
     return 0
 

@@ -78,6 +78,32 @@ def test_a_gradient_that_no_formula_gives_matches_nothing_closely(built):
     assert found.residual > 0.1
 
 
+def newest_measured(matrix, package):
+    """The newest version of ``package`` that a measured matrix row ran on."""
+    from packaging.version import Version
+
+    found = [Version(r.stack[package]) for r in matrix.measured if package in r.stack]
+    return max(found, default=None)
+
+
+@pytest.mark.parametrize("package", ["transformers", "accelerate", "lightning", "trl"])
+def test_the_matrix_covers_the_installed_framework(package):
+    """A framework installed here that is newer than every measured row of the
+    committed matrix: the course would teach from rows it has not checked."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    from course_lib.frameworks.evidence import Matrix
+
+    installed = Version(importlib.metadata.version(package))
+    newest = newest_measured(Matrix.committed(), package)
+    assert newest is not None and installed <= newest, (
+        f"{package} {installed} is installed, and the matrix's newest row ran on "
+        f"{newest}: run `.venv/bin/python benchmarks/frameworks_matrix.py --add "
+        f"{package}=={installed}` and commit data/frameworks-matrix.json")
+
+
 def test_the_committed_matrix_agrees_with_the_table():
     """data/frameworks-matrix.json (benchmarks/frameworks_matrix.py) against
     frameworks/expected.py: where a run and the reading disagree, the run
@@ -186,6 +212,22 @@ def test_every_logging_line_chapter_07_prints_is_in_the_installed_frameworks():
         for w in wanted:
             line = source.find(w)
             assert line is not None and any(f in "\n".join(line.code) for f in w.fragments), w
+
+
+def test_every_grpo_line_chapter_09_prints_is_in_the_installed_trl():
+    """Chapter 09 prints each loss_type's aggregation from the installed TRL,
+    found by fragments below the branch's own test: none may be missing, and
+    each branch's lines come from its own branch, in the function's order."""
+    from course_lib.frameworks import source
+
+    found = source.trl_grpo()
+    assert list(found) == ["the token term", "grpo", "dr_grpo", "dapo"]
+    assert "not found in this version" not in source.describe(*found.values())
+    lines = {name: [int(ln.where.split(" ")[0].rpartition(":")[2]) for ln in s.lines]
+             for name, s in found.items()}
+    assert lines["grpo"] == sorted(lines["grpo"])
+    assert max(lines["grpo"]) < min(lines["dr_grpo"]) < max(lines["dr_grpo"])
+    assert max(lines["dr_grpo"]) < min(lines["dapo"][1:])
 
 
 @pytest.mark.parametrize("model_type, targets", [
