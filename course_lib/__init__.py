@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "widgets": "course_lib.course.widgets",
     "plots": "course_lib.course.plots",
     "expect": "course_lib.course.timings:expect",
+    "number": "course_lib.course.edition:number",  # a count as the edition writes it
     "collectives": "course_lib.course.collectives",
     # 01 the mean of means (the arithmetic, the token explorer, theta)
     "arithmetic": "course_lib.core.arithmetic",
@@ -50,7 +51,6 @@ _EXPORTS: dict[str, str] = {
     "bugs": "course_lib.jobs.audit:bugs",
     "describe_audit": "course_lib.jobs.audit:describe",
     "AuditReport": "course_lib.jobs.audit:AuditReport",
-    "invariance": "course_lib.checks.invariance",  # its checks' code, shown
     # 06 checkpoint and resume
     "checkpoint": "course_lib.core.checkpoint",
     "train": "course_lib.jobs.train:train",
@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "reconcile": "course_lib.course.reconcile",
     "window_loss": "course_lib.core.normalize:window_loss",
     "LoggingData": "course_lib.jobs.frameworks_logging:LoggingData",
+    "frameworks_logging": "course_lib.jobs.frameworks_logging:frameworks_logging",
     # 04 DDP parity: the 12 -> 36 exercise
     "exercise": "course_lib.jobs.exercise:exercise",
     # 08 your framework, audited: the recipes, the real code, the real loops
@@ -76,14 +77,19 @@ _EXPORTS: dict[str, str] = {
     "describe_frameworks": "course_lib.jobs.frameworks:describe",
     "Matrix": "course_lib.frameworks.evidence:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
+    "framework_window": "course_lib.jobs.frameworks:window_counts",
     # 05 the bug lab: the uneven layout, and what its check kept of a step
     "uneven_result": "course_lib.checks.uneven:result_path",
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
+    # 05 the bug lab: the 32 sequences world_size_invariance spreads over W
+    "world_size_sequences": "course_lib.checks.world_size:sequences",
     # 09 choose the unit
     "packing_of": "course_lib.rank.harness:packing_of",
     # 09 choose the unit: the steps of any objective, objective_global's source
     "objective_steps": "course_lib.steps.objectives",
+    # 09 choose the unit: the RL stacks' aggregations, and each token's weight
+    "rl_recipes": "course_lib.steps.rl_recipes",
     # 10 capstone
     "capstone_check": "course_lib.jobs.capstone:check",
     "describe_capstone": "course_lib.jobs.capstone:describe",

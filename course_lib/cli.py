@@ -220,8 +220,9 @@ def _with(uses: dict[str, Any]) -> str:
 
 def cmd_capstone(args: argparse.Namespace) -> int:
     if args.world_size is not None:
+        worlds = sorted({*capstone.EVALUATION_WORLDS, *capstone.STEP_WORLDS})
         raise BadInput("capstone: the grader picks its world sizes "
-                       f"({', '.join(map(str, capstone.EVALUATION_WORLDS))})")
+                       f"({', '.join(map(str, worlds))})")
     cfg = _config(args)
     out = _out(args, cfg)
     report = capstone.check(cfg, out, Path(args.file), **_launch_kw(args))
@@ -513,8 +514,10 @@ def build_parser() -> Parser:
                    help="transformers model_types; default: " + ",".join(fw_job.DEFAULT_MODELS))
     p.add_argument("--with", dest="uses", default=None, metavar="a,b,...",
                    help="the configurations people train with, each state a row, instead "
-                   "of the plain rows: " + "; ".join(f"{n} ({o.summary})" for n, o in
-                                                      fw_options.OPTIONS.items()))
+                   "of the plain rows: " + "; ".join(
+                       # argparse formats help with %: a summary's own % is text
+                       f"{n} ({o.summary})".replace("%", "%%")
+                       for n, o in fw_options.OPTIONS.items()))
     p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
     p.add_argument("--exercise-config", default="configs/exercise.yaml")
     return parser

@@ -21,7 +21,7 @@ from tests.conftest import ROOT, course_lib_cli
 SHIPPED = ROOT / "examples" / "capstone" / "train.py"
 SOLUTION = ROOT / "docs" / "solutions" / "capstone_train.py"
 
-STEP = tuple(capstone.AUDITED)
+STEP = tuple(capstone.STEP_CHECKS)
 EVALUATE = ("evaluate_w2", "evaluate_w3")
 # Each bug of the shipped script, put back alone into the solution: its
 # (old, new) text, the property that must catch it, and the properties it
@@ -80,9 +80,13 @@ pytestmark = pytest.mark.usefixtures("no_worker_left_behind")
 
 @pytest.mark.torchrun
 def test_the_worked_solution_passes(graded):
-    _, report = graded["solution"]
+    run_dir, report = graded["solution"]
     assert report.passed and report.failed == [], report.failed
     assert list(report.properties) == list(capstone.PROPERTIES)
+    assert "world_size_invariance" in report.properties
+    # Its save renames a whole staging folder into place (chapter 06).
+    assert (run_dir / "capstone" / "step-0002" / "state.pt").is_file()
+    assert not (run_dir / "capstone" / "step-0002.tmp").exists()
     assert report.properties["resume"].max_abs_err == 0.0
     for w in EVALUATE:  # float64 round-off, on every rank
         assert report.properties[w].max_abs_err <= 1e-12 * 3
@@ -168,8 +172,8 @@ RAISES = {
     "step": ("    local = torch.stack(", "    raise ValueError('no step today')\n"
              "    local = torch.stack("),
     # In the capstone's own job.
-    "save": ("    path = Path(path)\n    path.mkdir(", "    raise OSError('disk full')\n"
-             "    path = Path(path)\n    path.mkdir("),
+    "save": ("    path = Path(path)\n    rank = ", "    raise OSError('disk full')\n"
+             "    path = Path(path)\n    rank = "),
 }
 
 

@@ -121,3 +121,15 @@ def test_manifest_lists_sha256_of_each_file(saved):
     assert set(manifest["files"]) == {"model.pt", "optimizer.pt", "trainer.json",
                                       "rank-00.pt"}
     assert all(len(h) == 64 for h in manifest["files"].values())
+
+
+def test_a_save_killed_before_deleting_the_old_folder_does_not_block_the_next(saved):
+    path, kw = saved
+    # the state a save of step 7 leaves when killed after its second rename,
+    # before it deleted the folder it had moved aside
+    old = path.with_name(path.name + ".old")
+    old.mkdir()
+    (old / "model.pt").write_bytes(b"the previous step 7")
+    again = ck.save(path.parent.parent, 7, **kw)
+    assert again == path and not old.exists()
+    assert ck.verify(again)["step"] == 7

@@ -56,8 +56,11 @@ def test_english_is_the_default_even_in_a_french_shell(monkeypatch):
 
 
 def test_the_french_edition_speaks_french(monkeypatch):
+    from course_lib.course.typography import breakable, french
+
     monkeypatch.setenv(edition.ENV, "fr")
-    fr = edition.catalog("fr")
+    catalog = edition.catalog("fr")
+    fr = {english: french(text) for english, text in catalog.items()}  # as set in type
     unanswered = quiz.check("mean_of_means.1", None)
     assert str(unanswered) == fr["your answer here"] and not unanswered.answered
     wrong = quiz.check("mean_of_means.1", 99.0)
@@ -66,6 +69,7 @@ def test_the_french_edition_speaks_french(monkeypatch):
     assert str(quiz.check("mean_of_means.1", quiz.QUESTIONS["mean_of_means.1"].expected())
                ) == fr["correct"]
     assert quiz.ask("mean_of_means.1") == fr[quiz.QUESTIONS["mean_of_means.1"].prompt]
+    assert not breakable(str(wrong)), "a colon that can wrap to the start of a line"
     explorer = widgets.TokenExplorer()
     assert explorer.world_size.description == fr["ranks W"]
     assert widgets.Quiz("mean_of_means.1").button.description == fr["Check"]

@@ -92,32 +92,58 @@ def test_an_unknown_framework_or_model_is_one_line(tmp_path):
 
 # --- the configurations people train with: --with ----------------------------------
 
-# Each row's own launch would cost a start; one launch holds them all. compile
-# (a minute of inductor on 2 cores) is run by the CLI, not here.
-WITH = ("lora", "gradient_checkpointing", "collator", "fsdp", "deepspeed", "liger")
+# Each row's own launch would cost a start; one launch holds a framework's
+# configurations: the HF Trainer's on both models, and TRL's own data
+# preparation on GPT-2, whose count is the one R moves (the CLI runs both
+# models). compile (a minute of inductor on 2 cores) is run by the CLI, not here.
+LAUNCHES = {
+    "hf": (("gpt2", "llama"),
+           ("lora", "gradient_checkpointing", "collator", "fsdp", "deepspeed", "liger")),
+    "trl": (("gpt2",), ("completion_only", "assistant_only", "packing")),
+}
+TRL_DATA = set(LAUNCHES["trl"][1])  # TRL prepares their rows
+
+
+def _launch(tmp_path_factory, framework):
+    out = tmp_path_factory.mktemp(f"with-{framework}")
+    models, names = LAUNCHES[framework]
+    proc = course_lib_cli("frameworks", "--framework", framework, "--model", ",".join(models),
+                          "--with", ",".join(names), "--out", out)
+    return FrameworksReport.load(out), proc
 
 
 @pytest.fixture(scope="module")
 def configured(tmp_path_factory):
-    out = tmp_path_factory.mktemp("with")
-    proc = course_lib_cli("frameworks", "--framework", "hf", "--model", "gpt2,llama",
-                          "--with", ",".join(WITH), "--out", out)
-    return FrameworksReport.load(out), proc
+    return _launch(tmp_path_factory, "hf")
 
 
-def test_every_configuration_is_a_row_for_each_model_and_flag(configured):
-    from course_lib.frameworks import options
+@pytest.fixture(scope="module")
+def trl_configured(tmp_path_factory):
+    return _launch(tmp_path_factory, "trl")
 
-    report, proc = configured
-    assert set(WITH) <= set(options.NAMES)
-    want = {(model, name, repr(state), average)
-            for model in ("gpt2", "llama") for name in WITH
-            for state in options.OPTIONS[name].states for average in (True, False)}
+
+def _report(framework, request):
+    return request.getfixturevalue({"hf": "configured", "trl": "trl_configured"}[framework])
+
+
+@pytest.mark.parametrize("framework", list(LAUNCHES))
+def test_every_configuration_is_a_row_for_each_model_and_flag(framework, request):
+    from course_lib.frameworks import adapter, options
+
+    report, proc = _report(framework, request)
+    models, names = LAUNCHES[framework]
+    assert set(names) <= set(options.NAMES)
+    want = {(framework, model, name, repr(state), repr(variant))
+            for model in models for name in names
+            for state in options.OPTIONS[name].states
+            for variant in adapter(framework).variants}
     got = set()
     for r in report.rows:
         (name, state), = r.uses.items()
-        got.add((r.model, name, repr(state), r.flags["average_tokens_across_devices"]))
-        assert all(r.flags.get(k) == v for k, v in options.OPTIONS[name].flags(state).items())
+        top = options.OPTIONS[name].flags(state)
+        variant = {k: v for k, v in r.flags.items() if k not in top}
+        got.add((r.framework, r.model, name, repr(state), repr(variant)))
+        assert all(r.flags.get(k) == v for k, v in top.items())
         assert r.verdict in ROW_VERDICTS | {Verdict.FAILED}, (name, r.verdict, r.reason)
         if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED):
             assert r.reason, f"{name}: {r.verdict} needs its reason"
@@ -127,13 +153,14 @@ def test_every_configuration_is_a_row_for_each_model_and_flag(configured):
     assert (proc.returncode == 0) == (not unmeasured), proc.stderr
 
 
-def test_each_configuration_is_measured_against_the_same_model(configured):
+@pytest.mark.parametrize("framework", list(LAUNCHES))
+def test_each_configuration_is_measured_against_the_same_model(framework, request):
     """Every rank compared, the formula named exactly, and the one the table
     predicts: a configuration changes what is trained only where a run shows it."""
-    report, _ = configured
+    report, _ = _report(framework, request)
     measured = [r for r in report.rows if r.verdict not in (Verdict.NOT_RUN, Verdict.FAILED)]
-    assert {next(iter(r.uses)) for r in measured} >= {"lora", "gradient_checkpointing",
-                                                      "collator"}
+    assert {next(iter(r.uses)) for r in measured} >= (
+        {"lora", "gradient_checkpointing", "collator"} if framework == "hf" else TRL_DATA)
     for r in measured:
         where = (r.model, r.uses, r.flags)
         assert r.residual < TOLERANCE.of(r.precision), where
@@ -158,6 +185,39 @@ def test_lora_fsdp_and_checkpointing_are_what_the_row_says(configured):
             assert asked == "default" or f"use_reentrant={asked}" in said, said
         if name == "collator" and r.uses["collator"] == {"collator": "flattening"}:
             assert r.counts.R == 0, "packed: every sequence's first label is the separator"
+
+
+def test_trl_trains_on_the_labels_its_own_preparation_built(trl_configured):
+    """The reference is what TRL fed. completion_only and assistant_only on
+    supervise fewer labels than off (the prompts', the users' masked), never a
+    row's first; a padding-free row masks each sequence's first label; and
+    each row says how TRL fed it, and the attention it ran."""
+    report, _ = trl_configured
+    rows = [r for r in report.rows if r.framework == "trl" and set(r.uses) & TRL_DATA]
+    assert len(rows) == 1 * 2 * (2 + 2 + 4), "models x flag sets x states"
+    assert all(r.verdict not in (Verdict.NOT_RUN, Verdict.FAILED) for r in rows), [
+        (r.uses, r.reason) for r in rows if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED)]
+
+    def row(model, flags, uses):
+        (found,) = [r for r in rows if (r.model, r.uses) == (model, uses)
+                    and r.flags.get("bf16") == flags.get("bf16")]
+        return found
+
+    for model in LAUNCHES["trl"][0]:
+        for flags in ({}, {"bf16": False}):
+            for name, flag in (("completion_only", "completion_only_loss"),
+                               ("assistant_only", "assistant_only_loss")):
+                on, off = (row(model, flags, {name: {flag: v}}) for v in (True, False))
+                assert on.counts.N < off.counts.N and on.counts.R == 0 < off.counts.R, name
+    for r in rows:
+        said = " ".join(r.notes)
+        assert "TRL fed rank 0 2 microbatches" in said, said
+        if "packing" in r.uses:
+            assert "attention: " in said, said
+            padding_free = r.uses["packing"].get("packing_strategy") != "wrapped"
+            assert (r.counts.R == 0) == padding_free, (r.uses, r.counts)
+            assert ("padding-free" in said) == padding_free, said
+            assert padding_free or "attend to each other" in said, said
 
 
 def test_a_configuration_that_cannot_run_here_says_why(configured):

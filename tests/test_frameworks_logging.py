@@ -98,3 +98,10 @@ def test_the_formulas_on_hand_numbers():
 def test_an_unknown_model_is_refused_before_any_launch(cfg, tmp_path):
     with pytest.raises(UnknownModel):
         fl.frameworks_logging(cfg, tmp_path, ["no_such_model"])
+
+
+def test_an_unknown_framework_is_refused_before_any_launch(cfg, tmp_path):
+    from course_lib.frameworks import UnknownFramework
+
+    with pytest.raises(UnknownFramework, match="no logging for torchtitan"):
+        fl.frameworks_logging(cfg, tmp_path, ["llama"], ["hf", "torchtitan"])

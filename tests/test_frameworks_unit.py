@@ -259,3 +259,160 @@ def test_an_unknown_configuration_or_one_no_framework_takes_is_bad_input():
         options.parse("nope", ["hf"])
     with pytest.raises(options.UnknownOption, match="applies to hf"):
         options.parse("collator", ["trl", "accelerate"])
+    with pytest.raises(options.UnknownOption, match="completion_only: applies to trl"):
+        options.parse("completion_only,packing", ["hf"])
+
+
+# --- TRL's own data: --with completion_only, assistant_only, packing ------------------
+
+# The launched tests' window (FrameworksJob's defaults): 2 ranks x 2 microbatches x 2 rows.
+LAUNCHED = WindowShape(world_size=2, microbatches=2, batch_size=2, length=24)
+
+
+@pytest.fixture(scope="module")
+def launched(corpus):
+    return window.build(LAUNCHED, corpus.source)
+
+
+def _rows(win, row_of):
+    """What an option hands TRL, as a list (its datasets' IterableDataset)."""
+    from course_lib.frameworks import options
+
+    dataset, collator = options._prepared_by_trl(win, row_of)
+    assert collator is None, "TRL's own collator"
+    return list(dataset)
+
+
+def _unpadded(win):
+    """The window's sequences in dispatch order: microbatch, then rank, then row."""
+    return [mb.input_ids[row, : int(mb.attention_mask[row].sum())].tolist()
+            for m in range(len(win[0])) for rank in win for mb in [rank[m]]
+            for row in range(mb.input_ids.shape[0])]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    pytest.importorskip("tokenizers")
+    from course_lib.frameworks.tokenizer import word_level
+
+    return word_level(window.vocab_size(corpus.source))
+
+
+def test_the_tokenizer_reads_every_id_back_and_ends_with_pad(tokenizer, corpus):
+    """TRL appends the EOS to a completion without a space: "<pad>" is
+    matched as a special token; "10" is a word (with "0" special, it was 1, 0)."""
+    assert tokenizer(text="3 10 20 32<pad>").input_ids == [3, 10, 20, 32, 0]
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id) == (0, 0)
+    assert len(tokenizer) == window.vocab_size(corpus.source), "no token beyond the model's"
+
+
+def test_completion_only_rows_are_the_window_split_into_prompt_and_completion(
+        launched, tokenizer):
+    from course_lib.frameworks import options
+
+    rows = _rows(launched, options._prompt_completion)
+    prompts = []
+    for row, ids in zip(rows, _unpadded(launched), strict=True):
+        prompt = tokenizer(text=row["prompt"]).input_ids
+        assert tokenizer(text=row["prompt"] + row["completion"]).input_ids == ids
+        assert ids[: len(prompt)] == prompt and 1 <= len(prompt) <= len(ids) // 2
+        prompts.append(len(prompt))
+    assert len(set(prompts)) > 2, "the prompt's share moves from row to row"
+
+
+def test_assistant_only_conversations_mark_the_assistants_turns(launched, tokenizer):
+    """The tokenizer's own template: TRL keeps it (it has generation markers)
+    and finds each assistant turn's end token inside them."""
+    from trl import chat_template_utils as templates
+
+    from course_lib.frameworks import options
+
+    assert templates.has_generation_markers(tokenizer.chat_template)
+    assert templates.is_chat_template_stop_token_trained(tokenizer)
+    for row, ids in zip(_rows(launched, options._conversation), _unpadded(launched),
+                        strict=True):
+        turns = row["messages"]
+        assert [t["role"] for t in turns] == ["user", "assistant"] * 2
+        assert all(t["content"] for t in turns)
+        out = tokenizer.apply_chat_template(turns, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        want, mask = [], []
+        for t in turns:  # each assistant turn ends with <pad> (id 0), inside its mark
+            said = tokenizer(text=t["content"]).input_ids
+            mine = t["role"] == "assistant"
+            want += said + [0] * mine
+            mask += [int(mine)] * (len(said) + mine)
+        assert [i for i in want if i] == ids
+        assert (out["input_ids"], out["assistant_masks"]) == (want, mask)
+
+
+def test_packing_states_are_every_strategy_of_the_installed_trl(launched):
+    """Each packing_strategy SFTConfig offers, and padding_free (max_length
+    unset: TRL refuses one it would not enforce); the rows TRL packs are the
+    window's own ids and labels, and fill one step, one packed row a
+    microbatch, without dealing a row twice."""
+    from dataclasses import fields
+
+    from trl import SFTConfig
+    from trl.data_utils import pack_dataset
+
+    from course_lib.frameworks import options
+
+    offered = next(f for f in fields(SFTConfig) if f.name == "packing_strategy").metadata
+    strategies = [state["packing_strategy"] for state in options.PACKING.states
+                  if "packing_strategy" in state]
+    assert strategies == list(offered["choices"])
+    assert options.PACKING.flags({"padding_free": True}) == {"padding_free": True,
+                                                             "max_length": None}
+    rows = _rows(launched, options._labelled)
+    assert [r["input_ids"] for r in rows] == _unpadded(launched)
+    step = LAUNCHED.world_size * LAUNCHED.microbatches
+    for strategy in strategies:
+        flags = options.PACKING.flags({"packing_strategy": strategy})
+        assert flags["packing"] and flags["per_device_train_batch_size"] == 1
+        packed = list(pack_dataset(options._prepared_by_trl(launched, options._labelled)[0],
+                                   flags["max_length"], strategy))
+        assert len(packed) >= step, f"{strategy}: {len(packed)} packed rows"
+        if strategy != "wrapped":
+            assert max(len(p["seq_lengths"]) for p in packed[:step]) > 1, "rows hold two"
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+def test_the_packing_note_says_whether_sequences_sharing_a_row_attend_to_each_other(
+        corpus, model_type):
+    """Measured on the model: the installed transformers masks by the
+    position_ids; a model that attends to every earlier token is caught."""
+    from course_lib.frameworks import models, options
+
+    model = models.build(model_type, window.vocab_size(corpus.source), 0)
+    assert options._isolated(model)
+    (said,) = options._packed(model, {"packing_strategy": "bfd"})
+    assert "attention: sdpa" in said and "attends to itself only" in said
+
+    assert not options._isolated(Prefix())
+
+
+class Prefix(torch.nn.Module):
+    """A model whose every position sees the sum of all the tokens before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, input_ids, **kw):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.scale * input_ids.float().cumsum(1)[..., None])
+
+
+def test_trl_says_what_it_fed(launched):
+    from course_lib.frameworks.trl_sft import fed
+    from course_lib.frameworks.window import Microbatch
+
+    ids = torch.arange(1, 8)[None]
+    packed = Microbatch(ids, torch.ones_like(ids), ids,
+                        torch.tensor([[0, 1, 2, 0, 1, 2, 3]]))
+    said = fed([packed, launched[0][0]], 0)
+    assert "rank 0 2 microbatches, padding-free" in said and "sequences [2, 2]" in said
+    said = fed(launched[1], 1)
+    assert "rank 1 2 microbatches, padded rows" in said and "lengths [24, 24]" in said

@@ -27,7 +27,7 @@ BY_NAME = {
     "frameworks/__init__.py": "an adapter by its framework's name; installed versions",
     "frameworks/source.py": "the installed frameworks' modules whose lines chapters "
                             "07 and 08 print (third-party, never course_lib)",
-    "course/quiz.py": "an answer's report class, loaded only when a question is graded",
+    "course/grading.py": "an answer's report class, loaded only when a question is graded",
 }
 
 

@@ -85,10 +85,11 @@ def test_nonsense_is_a_hint_not_a_crash(given):
 
 
 def test_choices_refuse_unknown_options():
-    verdict = quiz.check("bug_lab.3", ["no_sync", "speed"])
+    qid = "bug_lab.predict_count_never_reset"  # a set of checks: ("trajectory",)
+    verdict = quiz.check(qid, ["no_sync", "speed"])
     assert not verdict.correct and "'speed' is not an option" in str(verdict)
-    assert quiz.check("bug_lab.3", ["Uneven_Microbatches"]).correct, "case does not matter"
-    assert not quiz.check("bug_lab.3", ["no_sync", "uneven_microbatches"]).correct
+    assert quiz.check(qid, ["Trajectory"]).correct, "case does not matter"
+    assert not quiz.check(qid, ["no_sync", "trajectory"]).correct
 
 
 def test_answers_read_from_a_run(tmp_path, monkeypatch):

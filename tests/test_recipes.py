@@ -235,17 +235,32 @@ def test_exercises_grade_without_giving_the_answer_away():
     verdict = quiz.check("framework_audit.1", 1.0)
     assert not verdict.correct and str(verdict).startswith("not yet: ")
     assert "correct" not in str(verdict) and f"{1016 / 1008:.3g}" not in str(verdict)
-    right = "L - 2 counted; L - 2 targets; t learns token t + 2"
+    right = "b) L - 2 counted; L - 2 targets; t learns token t + 2"
     assert quiz.check("framework_audit.2", right).correct
     wrong = quiz.check("framework_audit.2",  # an option, the wrong one
-                       "L - 1 counted; L - 1 targets; t learns token t + 1")
+                       "a) L - 1 counted; L - 1 targets; t learns token t + 1")
     assert not wrong.correct and right not in str(wrong)
 
 
-def test_the_gpt2_prediction_reads_the_installed_version():
-    """Chapter 08 asks it before the live run: the answer comes from the table
-    of readings for the installed transformers, which the live run measures."""
-    assert quiz.check("framework_audit.predict_gpt2", "uniformly scaled").correct
+def test_the_gpt2_prediction_is_graded_against_the_live_runs_scale(tmp_path, monkeypatch):
+    """Chapter 08 asks for c before the live run and grades it against the
+    scale that run measured (N / (N + R) on its window, from 4.48 on)."""
+    from course_lib.core import paths
+    from course_lib.frameworks.evidence import FrameworkRow, RankResult, WindowCounts
+    from course_lib.jobs.frameworks import FrameworksReport
+
+    monkeypatch.setattr(paths, "default_out", lambda name: tmp_path / name)
+    missing = quiz.check("framework_audit.predict_gpt2", 87 / 91)
+    assert not missing.correct and "run the chapter's job first" in str(missing)
+    row = FrameworkRow(framework="hf", version="5.25.0", model="gpt2",
+                       flags={"average_tokens_across_devices": True},
+                       verdict=Verdict.SCALED, counts=WindowCounts(87, [31, 56], 4),
+                       ranks=[RankResult(0, 0.044, 0.956044), RankResult(1, 0.044, 0.956044)])
+    FrameworksReport(world_size=2, backend="gloo", device="cpu", dtype="float32",
+                     nccl_reference_path=False, torch="2.x", window={},
+                     rows=[row]).save(tmp_path / "course")
+    assert quiz.check("framework_audit.predict_gpt2", 87 / 91).correct
+    assert not quiz.check("framework_audit.predict_gpt2", 1.0).correct
 
 
 def test_the_prediction_is_the_set_of_exact_representative_recipes():

@@ -13,7 +13,8 @@ CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # A call that starts a torchrun job (or several), outside a comment.
 LAUNCH = re.compile(
     r"(?<![\w.])(?:course_lib\.)?(parity|bugs|audit|stop_and_continuous|resume_check|"
-    r"train|exercise|audit_frameworks|audit_trainer|capstone_check)\(|recipe_audit\.run\(|"
+    r"train|exercise|audit_frameworks|audit_trainer|capstone_check|frameworks_logging)\(|"
+    r"recipe_audit\.run\(|"
     r"evaluate_run\(.*world_size=|"  # in one process unless it names its ranks
     r"^\s*!.*torch")  # a shell escape that runs torchrun
 

@@ -211,6 +211,10 @@ def test_exercise_scenarios(protocol_run):
         assert sc.gradients.global_token.allclose
     assert bal.gradients.mean_of_means.allclose, "equal counts: no bias"
     assert not skew.gradients.mean_of_means.allclose
+    # the error as a share of the gradient (chapter 04 sets it beside the loss's)
+    assert max(bal.gradients.relative_err.values()) < 1e-6
+    assert skew.gradients.relative_err["global_token"] < 1e-6
+    assert skew.gradients.relative_err["mean_of_means"] > 0.1
 
 
 # --- faults -------------------------------------------------------------------

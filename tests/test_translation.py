@@ -112,3 +112,154 @@ def test_a_change_of_prose_keeps_the_outputs(tmp_path, monkeypatch):
     # the widget state the kept outputs show, and the edition's mark
     assert kept["metadata"]["widgets"] == ran["metadata"]["widgets"]
     assert kept["metadata"]["course_edition"] == "fr"
+
+
+# --- what the French learner is shown: the committed chapters -----------------------
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _committed(stem, edition="fr"):
+    path = translation.built_path(stem) if edition == "fr" else translation.english(stem)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _state(nb):
+    return nb["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_every_saved_widget_points_to_a_model_the_chapter_keeps(stem):
+    nb = _committed(stem)
+    views = [o["data"][WIDGET_VIEW]["model_id"] for c in nb["cells"]
+             for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
+    missing = [m for m in views if m not in _state(nb)]
+    assert not missing, f"{stem}: widget views without their model: {missing}"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_the_saved_widgets_speak_french(stem):
+    from course_lib.course import edition
+
+    english = {k for k in edition.catalog("fr") if len(k) > 3}
+    texts = [v for model in _state(_committed(stem)).values()
+             for v in model.get("state", {}).values() if isinstance(v, str)]
+    left = sorted({t for t in texts if t in english})
+    assert not left, f"{stem}: English catalog strings in the French widget state: {left}"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_a_french_chapter_has_outputs_where_the_english_one_has(stem):
+    def ran(nb):
+        return [bool(c.get("outputs")) for c in nb["cells"] if c["cell_type"] == "code"]
+    english, french = ran(_committed(stem, "en")), ran(_committed(stem))[1:]  # the switch
+    empty = [i for i, (en, fr) in enumerate(zip(english, french, strict=True)) if en and not fr]
+    assert not empty, f"{stem}: code cells {empty} have outputs in English only: execute it"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_the_french_prose_is_set_with_french_typography(stem):
+    from course_lib.course.typography import breakable
+
+    found = {c["id"]: breakable("".join(c["source"])) for c in _committed(stem)["cells"]
+             if c["cell_type"] == "markdown"}
+    found = {k: v for k, v in found.items() if v}
+    assert not found, f"{stem}: plain spaces where French needs unbreakable ones: {found}"
+
+
+# --- the build's anti-drift machinery ------------------------------------------------
+
+
+def test_a_reflowed_english_cell_needs_no_new_translation(tmp_path, monkeypatch):
+    entries = {"a": {"en_sha256": translation.source_hash("one two\nthree"), "fr": "un"}}
+    _chapter(tmp_path, monkeypatch, [_md("a", "one  two three\n")], entries)
+    assert translation.problems("99_x") == []
+    _chapter(tmp_path, monkeypatch, [_md("a", "one two four")], entries)
+    assert translation.problems("99_x") != []
+
+
+def test_a_renamed_cell_keeps_its_translation(tmp_path, monkeypatch, capsys):
+    entries = {"old": {"en_sha256": translation.source_hash("# Title"), "fr": "# Titre"}}
+    _chapter(tmp_path, monkeypatch, [_md("new", "# Title")], entries)
+    monkeypatch.setattr(translation, "translated", lambda edition="fr": ["99_x"])
+    monkeypatch.setattr(translation, "built_path", lambda stem, edition="fr":
+                        tmp_path / "fr" / "99_x.ipynb")
+    assert translation.problems("99_x") == []
+    assert "".join(translation.build("99_x")["cells"][0]["source"]) == "# Titre"
+    assert translation.main([]) == 0
+    assert "cell old is now new" in capsys.readouterr().out
+    kept = json.loads((tmp_path / "99_x.json").read_text())["cells"]
+    assert list(kept) == ["new"] and kept["new"]["fr"] == "# Titre"
+
+
+def test_a_renamed_code_cell_keeps_its_outputs(tmp_path, monkeypatch):
+    code = {"cell_type": "code", "id": "k", "metadata": {}, "execution_count": None,
+            "outputs": [], "source": ["print(1)"]}
+    entries = {"a": {"en_sha256": translation.source_hash("# Title"), "fr": "# Titre"}}
+    _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), code], entries)
+    ran = translation.build("99_x")
+    ran["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "1\n"}]
+    _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), {**code, "id": "k2"}], entries)
+    kept = translation.keep_outputs(translation.build("99_x"), ran)
+    assert kept["cells"][2]["id"] == "k2"
+    assert kept["cells"][2]["outputs"] == ran["cells"][2]["outputs"]
+    changed = {**code, "id": "k2", "source": ["print(2)"]}
+    _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), changed], entries)
+    with pytest.raises(ValueError, match="execute"):
+        translation.keep_outputs(translation.build("99_x"), ran)
+
+
+def test_a_cell_without_an_id_is_named(tmp_path, monkeypatch):
+    cell = {"cell_type": "markdown", "metadata": {}, "source": ["# Title"]}
+    _chapter(tmp_path, monkeypatch, [cell], {})
+    with pytest.raises(translation.TranslationError, match=r"99_x, cell 0: no id"):
+        translation.problems("99_x")
+
+
+def test_a_stale_chapter_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+    fresh = {"a": {"en_sha256": translation.source_hash("# One"), "fr": "# Un"}}
+    chapters = {"98_ok": ([_md("a", "# One")], fresh), "99_x": ([_md("a", "# Two")], fresh)}
+    for stem, (cells, entries) in chapters.items():
+        (tmp_path / f"{stem}.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}}))
+        (tmp_path / f"{stem}.json").write_text(json.dumps({"chapter": stem, "cells": entries}))
+    monkeypatch.setattr(translation, "english", lambda stem: tmp_path / f"{stem}.ipynb")
+    monkeypatch.setattr(translation, "entries_path",
+                        lambda stem, edition="fr": tmp_path / f"{stem}.json")
+    monkeypatch.setattr(translation, "translated", lambda edition="fr": list(chapters))
+    monkeypatch.setattr(translation, "built_path", lambda stem, edition="fr":
+                        tmp_path / "fr" / f"{stem}.ipynb")
+    assert translation.main([]) == 1
+    err = capsys.readouterr().err
+    assert "99_x, cell a: the English changed" in err
+    assert (tmp_path / "fr" / "98_ok.ipynb").exists()
+    assert not (tmp_path / "fr" / "99_x.ipynb").exists()
+
+
+def test_french_typography_leaves_code_and_formulas_alone():
+    from course_lib.course.typography import NBSP, NNBSP, breakable, french
+
+    text = ("Aparté : pourquoi ? « le rang » ; 2 x 3 ... 50 % `a : b` $x : y$ "
+            "![img](a?b) [lien](http://x?y)\n```\nx = a ; b\n```\n")
+    out = french(text)
+    assert out == (f"Aparté{NBSP}: pourquoi{NNBSP}? «{NBSP}le rang{NBSP}»{NNBSP}; 2 × 3 … "
+                   f"50{NBSP}% `a : b` $x : y$ ![img](a?b) [lien](http://x?y)\n"
+                   "```\nx = a ; b\n```\n")
+    assert breakable(text) and not breakable(out)
+    assert french(out) == out  # once is enough
+    assert french("http://x a:b s[1:2]") == "http://x a:b s[1:2]"
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_no_french_output_writes_thousands_with_a_comma(stem):
+    """112,480 reads as 112,48 to a French reader: the chapters print counts
+    through ``number``, which writes 112 480 in the French edition."""
+    import re
+
+    found = []
+    for cell in _committed(stem)["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("text") or out.get("data", {}).get("text/plain", "")
+            text = "".join(text) if isinstance(text, list) else text
+            found += re.findall(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])", text)
+    assert not found, f"{stem}: thousands written with a comma: {found[:5]}"

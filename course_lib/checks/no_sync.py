@@ -18,9 +18,9 @@ def no_sync(a: Auditor) -> CheckResult | None:
     if not at_end:
         note = "ranks hold different gradients after the step: never synchronised"
     elif any(between):
-        first = between.index(True) + 1
-        note = (f"ranks already agreed before microbatch {first}: DDP synchronised "
-                "early (no_sync() must wrap forward and backward)")
+        first = between.index(True) + 1  # counted from 1, as the figures do
+        note = (f"ranks already agreed after microbatch {first} of {len(agree)}: DDP "
+                "synchronised early (no_sync() must wrap forward and backward)")
     else:
         note = "synchronisation deferred to the last microbatch"
     return a.result(at_end and not any(between), None, agree_after_micro=agree, note=note)

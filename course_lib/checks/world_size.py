@@ -56,7 +56,8 @@ class WorldSizeGrads(Artifact):
     local_tokens: list[int]  # per rank
 
 
-def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
+def run_rank(ctx: RankContext, spec: WorldSizeJob,
+             progress: str | None = "world size") -> None:
     ctx.state.step_timeout = spec.step_timeout
     layout = harness.world_size_layout(spec.sequence_ids, ctx.world_size, spec.batch_size)
     ctx = ctx.auditing(spec.objective)
@@ -67,7 +68,8 @@ def run_rank(ctx: RankContext, spec: WorldSizeJob) -> None:
         if ctx.rank == 0:
             WorldSizeGrads(out.grads, out.local_tokens).save(
                 grad_path(ctx.out, ctx.world_size, step.name))
-        ctx.progress(f"world size {ctx.world_size}", i + 1, len(spec.steps))
+        if progress is not None:
+            ctx.progress(f"{progress} {ctx.world_size}", i + 1, len(spec.steps))
     ctx.state.audited = ctx.state.check = None
 
 

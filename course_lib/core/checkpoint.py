@@ -170,6 +170,8 @@ def save(run_dir: Path, step: int, *, model, optimizer, sampler, cfg: Config,
         files.write_durably(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
         files.fsync_dir(tmp)
         old = final.with_name(final.name + ".old")
+        if old.exists():  # left by a save killed before its last line
+            shutil.rmtree(old)
         if final.exists():
             final.rename(old)
         tmp.rename(final)

@@ -2,7 +2,8 @@
 
 ``on_rank`` is what each rank runs; ``run`` starts the two processes, lets
 them join one process group and returns what each rank holds after each
-call. Chapter 00 prints it beside its simulation in plain lists.
+call. Chapter 00 prints it beside its simulation in plain lists; a last
+``all_reduce`` of each tensor divided by W answers its second prediction.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ WORLD_SIZE = len(HELD)
 
 
 def on_rank(rank: int) -> dict[str, list]:
-    """One rank's side: the three calls, each on a copy of its own tensor."""
+    """One rank's side: the three calls, each on a copy of its own tensor,
+    then an all_reduce of the tensor divided by W."""
     mine = torch.tensor(HELD[rank])
     total = mine.clone()
     dist.all_reduce(total)  # in place: the sum over the ranks
@@ -28,9 +30,12 @@ def on_rank(rank: int) -> dict[str, list]:
     dist.all_gather(everyone, mine)  # fills the list: one tensor per rank
     sent = mine.clone()
     dist.broadcast(sent, src=0)  # in place: rank 0's tensor
+    share = mine / WORLD_SIZE
+    dist.all_reduce(share)  # each rank's tensor / W, then the sum
     return {"all_reduce": total.tolist(),
             "all_gather": [t.tolist() for t in everyone],
-            "broadcast": sent.tolist()}
+            "broadcast": sent.tolist(),
+            "divided_then_summed": share.tolist()}
 
 
 def _worker(rank: int, store: str, results) -> None:

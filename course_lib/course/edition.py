@@ -19,6 +19,8 @@ import os
 from functools import cache
 from pathlib import Path
 
+from course_lib.course import typography
+
 ENV = "COURSE_EDITION"
 EDITIONS = ("en", "fr")
 DEFAULT = "en"
@@ -46,6 +48,21 @@ def catalog(edition: str) -> dict[str, str]:
 
 
 def tr(text: str) -> str:
-    """``text`` in the current edition; English where the catalog lacks it
-    (the test keeps the catalog complete)."""
-    return catalog(current()).get(text, text)
+    """``text`` in the current edition, French set with French typography
+    (``typography``); English where the catalog lacks it (the test keeps the
+    catalog complete)."""
+    edition = current()
+    found = catalog(edition).get(text)
+    if found is None:
+        return text
+    return typography.french(found) if edition == "fr" else found
+
+
+def number(value: float, spec: str = ",") -> str:
+    """``value`` as the edition writes numbers, ``spec`` as ``format`` takes
+    it: English 112,480 and 2.5; French 112 480 (a narrow no-break space)
+    and 2,5. Reports, JSON and the CLI keep Python's own format."""
+    text = format(value, spec)
+    if current() != "fr":
+        return text
+    return text.replace(",", typography.NNBSP).replace(".", ",")

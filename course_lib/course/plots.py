@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from course_lib.frameworks.evidence import Matrix, MatrixRow
     from course_lib.jobs.audit import BugsReport
     from course_lib.jobs.exercise import ExerciseReport
+    from course_lib.jobs.frameworks_logging import LoggingReport
     from course_lib.jobs.parity import ParityReport
+    from course_lib.jobs.recipes import RegimeInfo, TokenWeight
     from course_lib.jobs.resume import ResumeReport
 
 WIDTH = 9.0  # inches: fills a notebook column
@@ -39,6 +41,7 @@ def length_histograms(corpus: Corpus, bands: list[tuple[int, int]],
     """Sequence lengths of the split, coloured by the rank whose band holds them."""
     fig, (ax,) = _figure()
     lengths = corpus.lengths(split)
+    widths: set[int] = set()  # the bins' widths, in lengths
     for rank, (lo, hi) in enumerate(bands):
         mine = [n for n in lengths if lo <= n <= hi]
         # Bins of about 4 lengths that tile each band exactly, so no bin
@@ -48,12 +51,16 @@ def length_histograms(corpus: Corpus, bands: list[tuple[int, int]],
         edges = sorted({lo + round(k * (hi - lo + 1) / n_bins) - 0.5
                         for k in range(n_bins + 1)})
         bins = list(zip(edges[:-1], edges[1:], strict=True))
+        widths.update(round(b - a) for a, b in bins)
         heights = [sum(a < n < b for n in mine) / (b - a) for a, b in bins]
         ax.stairs(heights, edges, fill=True, color=rank_color(rank), alpha=0.85,
                   label=f"rank {rank}: {lo}-{hi} tokens ({len(mine)} seqs)")
     ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("sequences per length (bin average)")
-    ax.set_title(f"{split} split: one length band per rank")
+    ax.set_ylabel("sequences per length")
+    narrow, wide = min(widths), max(widths)
+    width = f"{narrow}" if narrow == wide else f"{narrow}-{wide}"
+    ax.set_title(f"{split} split: one length band per rank"
+                 f" (bins of {width} lengths)")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
     ax.legend(frameon=False, loc="upper center", ncols=2)
     return fig
@@ -81,19 +88,28 @@ def label_mask(labels, rank: int = 0) -> Figure:
 
 
 def plan_tokens(plan: list, corpus: Corpus) -> Figure:
-    """Supervised tokens per rank in every window of the plan."""
-    fig, (ax,) = _figure()
+    """Supervised tokens per rank in every window of the plan (top), and the
+    last rank's tokens over rank 0's, window by window (bottom)."""
+    fig = Figure(figsize=(WIDTH, 4.2), layout="constrained")
+    ax, ax_ratio = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
     world = len(plan[0])
     steps = range(len(plan))  # plan[0] is step 0, as in the chapter
-    for rank in range(world):
-        tokens = [sum(len(corpus.sequences[i]) - 1 for micro in window[rank]
-                      for i in micro) for window in plan]
+    per_rank = [[sum(len(corpus.sequences[i]) - 1 for micro in window[rank]
+                     for i in micro) for window in plan] for rank in range(world)]
+    for rank, tokens in enumerate(per_rank):
         ax.plot(steps, tokens, color=rank_color(rank), label=f"rank {rank}")
-    ax.set_xlabel("step (one window, one optimizer update)")
-    ax.set_ylabel("supervised tokens in the window")
+    ax.set_ylabel("supervised tokens\nin the window")
     ax.set_ylim(bottom=0)
     ax.set_title("Same number of sequences per rank, not the same number of tokens")
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
+    last = world - 1
+    ratios = [n / n0 for n, n0 in zip(per_rank[last], per_rank[0], strict=True)]
+    ax_ratio.plot(steps, ratios, color="0.3", lw=1, label=f"N_{last} / N_0")
+    ax_ratio.axhline(2, color=COLORS["reference"], ls="--", lw=1, label="2x")
+    ax_ratio.set_ylim(0, max(ratios) * 1.15)
+    ax_ratio.set_ylabel(f"N_{last} / N_0")
+    ax_ratio.set_xlabel("step (one window, one optimizer update)")
+    ax_ratio.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
@@ -182,15 +198,28 @@ def ablation_drift(report: ResumeReport) -> Figure:
     return fig
 
 
-def evaluation(report: EvaluationReport, vocab: int | None = None) -> Figure:
+def evaluation(report: EvaluationReport, vocab: int | None = None,
+               se: float | None = None) -> Figure:
     """Test loss and accuracy: untrained vs trained, against the floor/ceiling
     (and, given ``vocab``, the uniform guess's ln vocab on the loss panel).
+    Each bar is labelled with its value as the chapter prints it (4 decimals,
+    2 for a percentage); given ``se``, the trained loss's standard error is
+    drawn as an error bar and written beside its value.
     Neutral greys: green is the course's colour for the token mean."""
     fig, (left, right) = _figure(2)
     u = report.untrained
     greys = ["#bdbdbd", "#4d4d4d"]  # untrained, trained
-    left.bar(["untrained", "trained"], [u.loss_per_token, report.loss_per_token],
-             color=greys)
+    losses = [u.loss_per_token, report.loss_per_token]
+    left.bar(["untrained", "trained"], losses, color=greys)
+    if se:
+        left.errorbar([1], [report.loss_per_token], yerr=[se], color="black",
+                      capsize=6, lw=1.2)
+    for x, value in enumerate(losses):  # the untrained's above its bar,
+        # clear of the floor's line
+        text = f"{value:.4f}" + (f" ± {se:.4f}" if se and x == 1 else "")
+        left.text(x, value + 0.05 if x == 0 else value / 2, text, ha="center",
+                  va="bottom" if x == 0 else "center", fontsize=9,
+                  color="black" if x == 0 else "white")
     left.axhline(report.entropy_floor, color=COLORS["floor"], ls="--",
                  label=f"entropy floor {report.entropy_floor:.3f}")
     if vocab:
@@ -199,8 +228,12 @@ def evaluation(report: EvaluationReport, vocab: int | None = None) -> Figure:
         left.set_ylim(0, max(u.loss_per_token, math.log(vocab)) * 1.3)  # room for the legend
     left.set_ylabel("test loss per token (nats)")
     left.legend(frameon=False, loc="upper right")
-    right.bar(["untrained", "trained"],
-              [100 * u.token_accuracy, 100 * report.token_accuracy], color=greys)
+    accuracies = [100 * u.token_accuracy, 100 * report.token_accuracy]
+    right.bar(["untrained", "trained"], accuracies, color=greys)
+    for x, value in enumerate(accuracies):  # the untrained bar is too short to hold it
+        right.text(x, value + 0.8 if x == 0 else value / 2, f"{value:.2f}%",
+                   ha="center", va="bottom" if x == 0 else "center", fontsize=9,
+                   color="black" if x == 0 else "white")
     ceiling = getattr(report, "bayes_accuracy", None) or report.extra.get("bayes_accuracy")
     if ceiling:
         right.axhline(100 * ceiling, color=COLORS["floor"], ls="--",
@@ -213,51 +246,88 @@ def evaluation(report: EvaluationReport, vocab: int | None = None) -> Figure:
 
 
 def exercise(report: ExerciseReport) -> Figure:
-    """Per scenario: the real model's two means of its losses (left) and the
-    largest gradient error of each mode (right): close losses, far gradients."""
-    fig, (left, right) = _figure(2)
+    """Per scenario, the mean of means against the token mean, both as a
+    share: its loss gap over the loss, and its gradient error's norm over the
+    gradient's norm (the largest component error labels the bar). The loss
+    moves by a fraction of a percent where the gradient moves by half."""
+    fig, (ax,) = _figure(height=3.6)
+    floor = 1e-6  # a share under it is rounding: drawn at the floor, labelled
     names = [sc.name + " " + "/".join(map(str, sc.tokens)) for sc in report.scenarios]
-    x = range(len(names))
-    for offset, key in ((-0.2, "mean_of_means"), (0.2, "global_token")):
-        values = [sc.model.mean_of_means if key == "mean_of_means" else sc.model.global_mean
-                  for sc in report.scenarios]
-        left.bar([i + offset for i in x], values, width=0.4, color=COLORS[key],
-                 label=LABELS[key])
-    gaps = [abs(sc.model.mean_of_means - sc.model.global_mean) for sc in report.scenarios]
-    top = max(max(sc.model.mean_of_means, sc.model.global_mean) for sc in report.scenarios)
-    for i, gap in zip(x, gaps, strict=True):
-        left.text(i, top * 1.03, f"gap {gap:.4f}", ha="center", va="bottom", fontsize=8)
-    left.set_ylim(0, top * 1.3)
-    left.set_xticks(list(x), names)
-    left.set_ylabel("mean loss per token (nat), real model")
-    left.set_title(f"loss: {max(gaps):.4f} nat apart", fontsize=10)
-    left.legend(frameon=False, fontsize=8, loc="upper left", ncols=2)
-    for offset, key in ((-0.2, "mean_of_means"), (0.2, "global_token")):
-        errs = [getattr(sc.gradients, key).max_abs_err for sc in report.scenarios]
-        right.bar([i + offset for i in x],
-                  [ZERO_AT if e < TINY else e for e in errs], width=0.4,
-                  color=COLORS[key])
-        for i, e in zip(x, errs, strict=True):
-            if e < TINY:  # rounding level: written as the chapter prints it
-                right.text(i + offset, ZERO_AT * 2, err_bound(e), rotation=90,
-                           ha="center", va="bottom", fontsize=8)
-    if any(getattr(sc.gradients, key).max_abs_err < TINY
-           for sc in report.scenarios for key in ("mean_of_means", "global_token")):
-        right.plot([], [], " ", label=f"bars at {ZERO_AT:.0e} (floor): "
-                                      f"|err| {err_bound(0.0)}")
-    # Not the pass line: a component passes when |err| <= atol + rtol * |ref|.
-    right.axhline(report.atol, color=COLORS["tolerance"], lw=2,
-                  label=f"atol = {report.atol:g}; the threshold:\n"
-                        f"atol + {report.rtol:g}·|ref|")
-    right.set_yscale("log")
-    right.set_xticks(list(x), names)
-    right.set_ylabel("max |DDP - reference| gradient")
-    worst_err = max((e for sc in report.scenarios
-                     if (e := sc.gradients.mean_of_means.max_abs_err) is not None),
-                    default=report.atol)
-    right.set_title(f"gradient: {worst_err:.1e} off", fontsize=10)
-    right.set_ylim(ZERO_AT / 3, max(worst_err, report.atol) * 1e4)  # room for the legend
-    right.legend(frameon=False, fontsize=8, loc="upper left")
+    loss = [abs(sc.model.mean_of_means - sc.model.global_mean) / sc.model.global_mean
+            for sc in report.scenarios]
+    grad = [sc.gradients.relative_err["mean_of_means"] for sc in report.scenarios]
+    for offset, shares, label, color, hatch in (
+            (-0.2, loss, "loss: |mean of means - global| / global",
+             "white", "///"),
+            (0.2, grad, "gradient: ||g_mom - g_ref|| / ||g_ref||",
+             COLORS["mean_of_means"], None)):
+        ax.bar([i + offset for i in range(len(names))],
+               [max(v, floor) for v in shares], width=0.4, color=color,
+               edgecolor=COLORS["mean_of_means"], hatch=hatch, label=label)
+        for i, v in enumerate(shares):
+            text = "< 1e-6" if v < floor else f"{100 * v:.2g}%"
+            ax.text(i + offset, max(v, floor) * 1.6, text, ha="center",
+                    va="bottom", fontsize=8)
+    for i, sc in enumerate(report.scenarios):  # the absolute error, secondary
+        err = sc.gradients.mean_of_means.max_abs_err
+        if err is not None and err >= TINY:
+            ax.text(i + 0.2, max(grad[i], floor) * 12,
+                    f"max |err| {err_bound(err).removeprefix('= ')}",
+                    ha="center", va="bottom", fontsize=7, color="0.35")
+    ax.set_yscale("log")
+    ax.set_ylim(floor / 3, 300)  # room for the labels and the legend
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("difference / token mean's (log)")
+    worst = max(range(len(names)), key=lambda i: grad[i])
+    ax.set_title(f"mean of means, {names[worst]}: loss {100 * loss[worst]:.2g}% off, "
+                 f"gradient {100 * grad[worst]:.2g}% off", fontsize=10)
+    ax.legend(frameon=False, fontsize=8, loc="upper left")
+    return fig
+
+
+def optimizer_paths(paths: dict, height) -> Figure:
+    """03: each optimizer's weights on a 2-D bowl, with the right gradient and
+    with the trapped one (the same times 0.5), then how far apart the two
+    runs are, update after update. ``paths``: name -> (right, trapped), each
+    a sequence of (w0, w1) points; ``height``: the bowl, for its contours."""
+    import numpy as np
+
+    fig = Figure(figsize=(WIDTH, 5.4), layout="constrained")
+    names = list(paths)
+    axes = fig.subplot_mosaic([names, ["gap"] * len(names)],
+                              height_ratios=[1.1, 1])
+    points = np.concatenate([np.asarray(p, dtype=float)
+                             for pair in paths.values() for p in pair])
+    lo, hi = points.min(axis=0) - 0.3, points.max(axis=0) + 0.3
+    grid = np.meshgrid(np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120))
+    styles = {"right": ("-", COLORS["global_token"], "right gradient"),
+              "trapped": ("--", COLORS["mean_of_means"], "trapped (x 0.5)")}
+    gap = axes["gap"]
+    for i, (name, (right, trapped)) in enumerate(paths.items()):
+        ax = axes[name]
+        ax.contour(*grid, height(grid), levels=8, colors="0.85", linewidths=0.7)
+        for key, p in (("right", right), ("trapped", trapped)):
+            ls, color, label = styles[key]
+            p = np.asarray(p, dtype=float)
+            ax.plot(p[:, 0], p[:, 1], ls=ls, marker="o", ms=1.8, lw=1.1,
+                    color=color, label=label if i == 0 else None)
+        ax.plot(*np.asarray(right, dtype=float)[0], "k^", ms=5)  # the start
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        apart = np.linalg.norm(np.asarray(right, dtype=float)
+                               - np.asarray(trapped, dtype=float), axis=1)[1:]
+        gap.plot(range(1, len(apart) + 1), apart, lw=1.4, color=rank_color(i),
+                 ls=["-", "--", "-.", ":"][i % 4], label=name)
+    axes[names[0]].plot([], [], "k^", ms=5, label="start")
+    fig.legend(*axes[names[0]].get_legend_handles_labels(), frameon=False,
+               fontsize=8, ncols=3, loc="outside upper center")
+    gap.set_yscale("log")
+    gap.set_xlabel("update")
+    gap.set_ylabel("|w right - w trapped|")
+    gap.set_title("how far apart the two runs are, update after update",
+                  fontsize=9)
+    gap.legend(frameon=False, fontsize=8, ncols=len(names), loc="lower right")
     return fig
 
 
@@ -286,9 +356,10 @@ def check_grid(ax, report: BugsReport, steps: list[str], labels: list[str],
         side.set_visible(False)
 
 
-def bug_matrix(report: BugsReport) -> Figure:
-    """Steps x checks: green passes, magenta fails; each cell shows its error."""
-    names = list(report.steps)
+def bug_matrix(report: BugsReport, steps: list[str] | None = None) -> Figure:
+    """Steps x checks: green passes, magenta fails; each cell shows its error.
+    ``steps``: only these rows, in this order (default: every step)."""
+    names = list(steps if steps is not None else report.steps)
     fig = Figure(figsize=(WIDTH, 0.42 * len(names) + 1.6), layout="constrained")
     ax = fig.subplots()
 
@@ -305,6 +376,83 @@ def bug_matrix(report: BugsReport) -> Figure:
     return fig
 
 
+# The uneven-ranks timeline: when each step function syncs. "last": once, on
+# the rank's own last microbatch (no_sync() before it); "every": each
+# microbatch; "join": each microbatch, and Join answers the syncs of a rank
+# that ran out with zeros; "pad": empty microbatches up to the longest
+# rank's count, then one sync.
+TIMELINES = {"global_token": "last", "no_sync_backward_only": "every",
+             "join_every_microbatch": "join", "pad_to_longest_rank": "pad"}
+
+
+def uneven_timeline(microbatches: list[int], steps: list[str]) -> Figure:
+    """Each rank's window over time, one panel per step function of
+    ``TIMELINES``: its microbatches (forward and backward, about the same
+    time each: the same token budget), the collectives it calls (the count's
+    all_reduce, then its gradient syncs), the calls that pair across the
+    ranks, and where a rank waits, or waits for ever."""
+    fail, wait = COLORS["mean_of_means"], COLORS["tolerance"]
+    longest, ranks = max(microbatches), len(microbatches)
+    fig = Figure(figsize=(WIDTH, (0.55 * ranks + 0.5) * len(steps) + 0.6),
+                 layout="constrained")
+    axes = fig.subplots(len(steps), 1, squeeze=False)[:, 0]
+    for ax, step in zip(axes, steps, strict=True):
+        how = TIMELINES[step]
+        # "every": the first sync that some rank never calls
+        hang = min(microbatches) + 1 if how == "every" and min(microbatches) < longest \
+            else None
+        for r, m in enumerate(microbatches):
+            y = ranks - 1 - r
+            ax.text(-0.3, y, f"rank {r}", ha="right", va="center", fontsize=8,
+                    color=rank_color(r), fontweight="bold")
+            counts = [-0.1, 0.1] if how == "pad" else [0.05]  # pad: max count, then N
+            ax.plot(counts, [y] * len(counts), "s", color="black", ms=5, ls="none")
+            last = hang if hang is not None and m >= hang else \
+                longest if how in ("join", "pad") else m
+            for k in range(1, last + 1):
+                mine = k <= m
+                ax.add_patch(Rectangle((k - 0.9, y - 0.3), 0.7, 0.6, lw=1.2,
+                                       facecolor=rank_color(r) if mine else "white",
+                                       edgecolor=rank_color(r), alpha=0.85,
+                                       linestyle="-" if mine else "--"))
+                label = f"mb {k}" if mine else "empty" if how == "pad" else "Join: 0s"
+                ax.text(k - 0.55, y, label, ha="center", va="center", fontsize=7,
+                        color="white" if mine else rank_color(r))
+                if how in ("every", "join") or k == last:
+                    ax.plot([k - 0.1], [y], "D", ms=6,
+                            color=fail if k == hang else "black")
+            if how == "last" and m < longest:  # its one sync waits for the others'
+                ax.add_patch(Rectangle((m, y - 0.12), longest - m - 0.15, 0.24,
+                                       facecolor=wait, edgecolor="none"))
+                ax.text((m + longest) / 2, y, "waits in its sync for the other rank's",
+                        ha="center", va="center", fontsize=7)
+            if hang is not None and m >= hang:
+                ax.add_patch(Rectangle((hang, y - 0.12), longest - hang + 0.4, 0.24,
+                                       facecolor=fail, edgecolor="none", alpha=0.35))
+                ax.text(hang + (longest - hang + 0.4) / 2, y,
+                        "waits for ever: no other rank makes this sync",
+                        ha="center", va="center", fontsize=7)
+            elif hang is not None:
+                ax.text(m + 0.1, y, "out of microbatches: leaves the window",
+                        ha="left", va="center", fontsize=7, color=rank_color(r))
+        # the calls that pair: the same collective on every rank
+        syncs = [longest - 0.1] if how in ("last", "pad") else \
+            [k - 0.1 for k in range(1, (hang or longest + 1))]
+        for t in [*([-0.1, 0.1] if how == "pad" else [0.05]), *syncs]:
+            ax.plot([t, t], [0, ranks - 1], color="black", lw=0.8, ls=":", zorder=0)
+        ax.set_xlim(-1.1, longest + 0.6)
+        ax.set_ylim(-0.6, ranks - 0.4)
+        ax.axis("off")
+        ax.set_title(step, fontsize=9, loc="left")
+    axes[-1].annotate("", xy=(longest + 0.5, -0.55), xytext=(-0.2, -0.55),
+                      arrowprops={"arrowstyle": "-|>", "color": "0.5", "lw": 0.8})
+    axes[-1].text(longest + 0.5, -0.5, "time", ha="right", va="bottom", fontsize=7,
+                  color="0.4")
+    fig.suptitle("square: the count's all_reduce; diamond: a gradient sync; "
+                 "dotted: calls that pair across the ranks", fontsize=8)
+    return fig
+
+
 def _short(err: float) -> str:
     """Below TINY the digits are rounding, which the hardware decides."""
     return "0" if err == 0 else err_bound(err) if err < TINY else f"{err:.0e}"
@@ -312,24 +460,62 @@ def _short(err: float) -> str:
 
 def framework_matrix(matrix: Matrix) -> Figure:
     """The version matrix as a heatmap: one row per framework version and
-    flags, one column per model class; the colour is the relative error
-    against the token mean, the text the formula the gradient matches."""
+    flags, sorted by framework then version, consecutive versions whose rows
+    read the same on one row; one column per model class; the colour is the
+    relative error against the token mean, the text the formula the gradient
+    matches."""
     import math
 
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
+    from packaging.version import InvalidVersion, Version
 
     from course_lib.core.verdicts import Verdict
+
+    def text(cell: MatrixRow | None) -> str:
+        if cell is None or cell.verdict == Verdict.NOT_RUN or cell.relative_error is None:
+            return str(Verdict.NOT_RUN)
+        seen = str(Verdict.RANKS_DISAGREE) if cell.verdict == Verdict.RANKS_DISAGREE \
+            else (cell.matches or "?")
+        return f"{seen}  ({cell.relative_error:.0e})"
+
+    def version_key(version: str) -> tuple:
+        try:
+            return (0, Version(version), "")
+        except InvalidVersion:
+            return (1, Version("0"), version)
+
     models = list(matrix.models)
-    keys: dict[tuple, dict[str, MatrixRow]] = {}
+
+    def read(rows: dict[str, dict[str, MatrixRow]]) -> list:
+        return [(f, [text(cells.get(m)) for m in models]) for f, cells in rows.items()]
+
+    frameworks = list(dict.fromkeys(r.framework for r in matrix.rows))
+    # (framework, version) -> flags -> model -> row, in the file's order of flags
+    found: dict[tuple[str, str], dict[str, dict[str, MatrixRow]]] = {}
     for r in matrix.rows:
         flags = ", ".join(f"{k.replace('average_tokens_across_devices', 'avg tokens')}="
                           f"{v}" for k, v in r.flags.items())
-        label = f"{r.framework} {r.version or '?'}" + (f"  {flags}" if flags else "")
-        keys.setdefault((label,), {})[r.model] = r
-    keys = {k: v for k, v in keys.items()
-            if any(r.verdict != Verdict.NOT_RUN for r in v.values())}
+        found.setdefault((r.framework, r.version or "?"), {}).setdefault(flags, {})[r.model] = r
+    # Sorted by framework, then version; consecutive versions of a framework
+    # whose rows read the same share one row of versions, as Matrix.describe.
+    groups: list[tuple[str, list[str], dict[str, dict[str, MatrixRow]]]] = []
+    for framework, version in sorted(found, key=lambda k: (frameworks.index(k[0]),
+                                                           version_key(k[1]))):
+        rows = {f: cells for f, cells in found[(framework, version)].items()
+                if any(text(c) != str(Verdict.NOT_RUN) for c in cells.values())}
+        if not rows:
+            continue
+        if groups and groups[-1][0] == framework and read(rows) == read(groups[-1][2]):
+            groups[-1][1].append(version)
+        else:
+            groups.append((framework, [version], rows))
+    keys: dict[tuple, dict[str, MatrixRow]] = {}
+    for framework, versions, rows in groups:
+        span = "-".join(dict.fromkeys([versions[0], versions[-1]]))
+        for flags, cells in rows.items():
+            keys[(f"{framework} {span}" + (f"  {flags}" if flags else ""),)] = cells
     labels = [k[0] for k in keys]
     fig, (ax,) = _figure(height=0.26 * len(labels) + 1.4)
     norm = Normalize(vmin=-7, vmax=0.5)
@@ -343,9 +529,7 @@ def framework_matrix(matrix: Matrix) -> Figure:
                 continue
             err = math.log10(max(cell.relative_error, 1e-9))
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(norm(err))))
-            text = str(Verdict.RANKS_DISAGREE) if cell.verdict == Verdict.RANKS_DISAGREE else \
-                (cell.matches or "?")
-            ax.text(j, i, f"{text}  ({cell.relative_error:.0e})", ha="center",
+            ax.text(j, i, text(cell), ha="center",
                     va="center", fontsize=7, color="white" if norm(err) > 0.6 else "black")
     ax.set_xlim(-0.5, len(models) - 0.5)
     ax.set_ylim(len(labels) - 0.5, -0.5)
@@ -355,20 +539,25 @@ def framework_matrix(matrix: Matrix) -> Figure:
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax,
                  label="log10 relative error vs the token mean")
     ax.set_title(f"The real loops, version by version ({matrix.date}, torch {matrix.torch}):"
-                 " the formula each gradient matches", fontsize=9)
+                 " the formula each gradient matches\n(consecutive versions that read the"
+                 " same share a row)", fontsize=9)
     return fig
 
 
-def unit_weights(lengths: list[int], weights: dict[str, list[float]]) -> Figure:
+def unit_weights(lengths: list[int], weights: dict[str, list[float]],
+                 title: str | None = None) -> Figure:
     """Each sequence's per-token weight, times N (1 is the token mean's),
-    against its supervised length, one series per objective."""
+    against its supervised length, one series per objective (or per TRL
+    loss_type: chapter 09's RL figure)."""
     from matplotlib.ticker import FixedLocator, NullFormatter
 
     fig, (ax,) = _figure(height=3.6)
     markers = dict(zip(weights, "os^Dv", strict=False))
     # chapter 01's code: the token mean green; the sequence mean orange
     colors = {"token": COLORS["global_token"], "sequence": "#e08214",
-              "weighted": COLORS["stop"]}
+              "weighted": COLORS["stop"],
+              # TRL's loss types: grpo is the sequence mean, dapo the token mean
+              "grpo": "#e08214", "dr_grpo": "#8073ac", "dapo": COLORS["global_token"]}
     for name, ws in weights.items():
         ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name,
                    color=colors.get(name, COLORS["reference"]))
@@ -382,49 +571,171 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]]) -> Figure:
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("supervised tokens in the sequence")
     ax.set_ylabel("weight of each of its tokens x N")
-    ax.set_title("Per-sequence normalization gives short sequences' tokens more weight")
+    ax.set_title(title
+                 or "Per-sequence normalization gives short sequences' tokens more weight")
     fig.legend(frameon=False, loc="outside lower center", ncols=len(weights), fontsize=8)
+    return fig
+
+
+def count_ratios(ratios: list[float]) -> Figure:
+    """N / N' for each window of a run: the factor that a count N' taking in
+    the masked prompts puts on that window's update (1: the right count)."""
+    fig, (ax,) = _figure(height=3.0)
+    windows = range(1, len(ratios) + 1)
+    ax.plot(windows, ratios, marker="o", ms=3, lw=0.8, color=COLORS["mean_of_means"],
+            label="N / N', N' the next-token positions")
+    ax.axhline(1.0, color=COLORS["global_token"], lw=1.2, label="N / N, the right count")
+    ax.set_xlabel("window of the run")
+    ax.set_ylabel("the update's factor")
+    ax.set_title("A count with the masked prompts scales each window by its own factor")
+    fig.legend(frameon=False, loc="outside lower center", ncols=2, fontsize=8)
     return fig
 
 
 def ddp_step() -> Figure:
     """One DDP step on two ranks: each rank's forward and backward on its own
-    share, one all_reduce of the ``.grad`` divided by W, the same step."""
+    share; during the backward, one all_reduce per bucket of gradients, as
+    soon as the bucket is ready; then the same optimizer step."""
     from matplotlib.patches import FancyBboxPatch
 
-    fig, (ax,) = _figure(height=3.6)
+    fig, (ax,) = _figure(height=3.9)
     ax.set_xlim(0, 10)
-    ax.set_ylim(0, 4.4)
+    ax.set_ylim(0, 4.45)
     ax.axis("off")
 
-    def box(x, y, w, h, text, color, fill="white"):
-        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05",
+    def box(x, y, w, h, text, color, fill="white", size=8.5):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.04",
                                     fc=fill, ec=color, lw=1.6))
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5)
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size)
 
     def arrow(x0, y0, x1, y1, color="0.3"):
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
                     arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.2})
 
-    steps = [(0.1, "its own share\nof the window"),
-             (1.75, "forward:\nloss of its tokens"),
-             (3.4, "backward:\nfills .grad")]
-    rows = {0: 3.0, 1: 0.5}  # y of each rank's row
+    grey = COLORS["reference"]
+    rows = {0: 3.2, 1: 0.5}  # y of each rank's row
+    h = 0.75
+    seg, bw = 1.3, 1.0  # one bucket's part of the backward; its box's width
+    back = 3.05  # where the backward starts
+    ready = [back + seg * k + bw for k in range(3)]  # bucket k is ready here
     for rank, y in rows.items():
         color = rank_color(rank)
-        ax.text(0.1, y + 1.05, f"rank {rank}: a full replica", color=color,
+        ax.text(0.1, y + h + 0.1, f"rank {rank}: a full replica", color=color,
                 fontsize=9, fontweight="bold")
-        for i, (x, text) in enumerate(steps):
-            box(x, y, 1.35, 0.8, text, color)
-            if i:
-                arrow(x - 0.3, y + 0.4, x - 0.05, y + 0.4)
-        arrow(4.8, y + 0.4, 5.25, y + 0.4)
-        arrow(7.35, y + 0.4, 7.8, y + 0.4)
-        box(7.85, y, 1.95, 0.8, "opt.step():\nthe same step", color)
-    grey = COLORS["reference"]
-    box(5.3, 0.5, 2.0, 3.3, "all_reduce\nof .grad / W\n\neach rank gets\nthe sum:\n"
-        "the average", grey, fill="#f0f0f0")
-    ax.text(8.8, 2.25, "the replicas\nstay equal", ha="center", va="center",
-            fontsize=8.5, color=grey, style="italic")
+        box(0.1, y, 1.2, h, "its own share\nof the window", color)
+        arrow(1.35, y + h / 2, 1.55, y + h / 2)
+        box(1.6, y, 1.2, h, "forward:\nloss of its\ntokens", color)
+        arrow(2.85, y + h / 2, 3.0, y + h / 2)
+        labels = ["last layers", "middle layers", "first layers"]
+        for k, label in enumerate(labels):
+            box(back + seg * k, y, bw, h,
+                f"backward:\n{label}\n(bucket {k + 1})", color, size=8)
+            if k:  # the backward goes on to the earlier layers
+                arrow(ready[k - 1] + 0.06, y + h / 2, back + seg * k - 0.06, y + h / 2)
+        box(8.35, y, 1.5, h, "opt.step():\nthe same step", color)
+    mid, top = rows[1] + h + 0.4, rows[0] - 0.4  # the all_reduce band
+    for k, x in enumerate(ready):
+        box(x + 0.05, mid, 1.05, top - mid, f"all_reduce\nbucket {k + 1}", grey,
+            fill="#f0f0f0", size=8)
+        # from the bottom of the bucket's backward box to the all_reduce
+        arrow(x - 0.25, rows[0] - 0.06, x + 0.1, top + 0.06)  # down from rank 0
+        arrow(x - 0.25, rows[1] + h + 0.06, x + 0.1, mid - 0.06)  # up from rank 1
+    arrow(ready[-1] + 1.15, (mid + top) / 2, 8.3, rows[0] + h / 2)
+    arrow(ready[-1] + 1.15, (mid + top) / 2, 8.3, rows[1] + h / 2)
+    ax.text(0.1, (mid + top) / 2,
+            "all_reduce, bucket by bucket,\nas gradients become ready,\n"
+            "overlapping the backward:\nevery rank ends with\nthe same .grad",
+            ha="left", va="center", fontsize=8.5, color="0.25")
+    ax.text(9.1, (mid + top) / 2, "the replicas\nstay equal", ha="center",
+            va="center", fontsize=8.5, color=grey, style="italic")
+    arrow(0.1, 0.12, 9.85, 0.12, color="0.55")
+    ax.text(9.85, 0.2, "time", ha="right", va="bottom", fontsize=8, color="0.45")
     ax.set_title("One DDP step on two ranks (W = 2)")
     return fig
+
+
+def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
+    """07: each logged value of ``model``'s rows (the rows that set
+    ``model.loss_type`` left out) as a dot, at its gap to the token mean it
+    should equal, in percent: training on top, evaluation below. The token
+    mean is the line at 0; a dot on it is green, and each row's verdict, the
+    formula it equals, is written on the right."""
+    rows = [r for r in report.rows if r.model == model and "loss_type" not in r.mode]
+    parts = [("training", [r for r in rows if "train" in r.logged]),
+             ("evaluation", [r for r in rows if "train" not in r.logged])]
+    names = {"hf": "HF Trainer", "accelerate": "accelerate", "lightning": "Lightning"}
+
+    def label(r) -> str:
+        mode = (r.mode.replace("average_tokens_across_devices=True", "flag on")
+                .replace("average_tokens_across_devices=False", "flag off")
+                .replace(", sync_dist=True", "").replace("=True", "")
+                .replace("preprocess_logits_for_metrics + compute_metrics",
+                         "[sum, count] per row"))
+        what = r.logged.removeprefix("train loss").removeprefix("eval loss").lstrip(", ")
+        text = ", ".join(x for x in (what, mode) if x)
+        text = (text.replace("epoch, on_epoch", "on_epoch")
+                .replace("first step, on_step", "on_step, first step")
+                .replace("MeanMetric.update(loss, weight=<tokens>), on_epoch",
+                         "MeanMetric(weight=<tokens>)")
+                .replace("epoch, MeanMetric", "on_epoch, MeanMetric"))
+        return (f"{names.get(r.framework, r.framework)}: {text}"
+                + ("  (recipe)" if r.recipe else ""))
+
+    fig = Figure(figsize=(WIDTH, 0.32 * len(rows) + 1.7), layout="constrained")
+    axes = fig.subplots(2, 1, sharex=True,
+                        height_ratios=[max(len(found), 1) for _, found in parts])
+    gaps = [100 * (r.value / r.token_mean - 1) for r in rows]
+    reach = max(abs(g) for g in gaps) if gaps else 1.0
+    for ax, (title, found) in zip(axes, parts, strict=True):
+        for i, r in enumerate(found):
+            gap = 100 * (r.value / r.token_mean - 1)
+            exact = r.verdict == "token mean"
+            color = COLORS["global_token"] if exact else COLORS["mean_of_means"]
+            ax.plot([0, gap], [i, i], color="#bbbbbb", lw=1)
+            ax.plot([gap], [i], "o", ms=6, color=color)
+        ax.set_yticks(range(len(found)), [label(r) for r in found], fontsize=7.5)
+        ax.set_ylim(len(found) - 0.5, -0.5)
+        verdicts = ax.twinx()  # the right-hand labels: the formula each value equals
+        verdicts.set_ylim(ax.get_ylim())
+        verdicts.set_yticks(range(len(found)), [r.verdict for r in found], fontsize=7.5)
+        for tick, r in zip(verdicts.get_yticklabels(), found, strict=True):
+            tick.set_color(COLORS["global_token"] if r.verdict == "token mean"
+                           else COLORS["mean_of_means"])
+        ax.axvline(0, color=COLORS["global_token"], lw=1.5)
+        ax.set_title(title, fontsize=9)
+    axes[-1].set_xlim(-1.15 * reach, 1.15 * reach)
+    axes[-1].set_xlabel("logged value vs the token mean of what it logs (%): the green line;"
+                        " on the right, the formula the value equals")
+    return fig
+
+
+def token_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> Figure:
+    """08: a token's weight in the gradient, times N (the token mean's is 1),
+    against the count n of the microbatch that holds it, on one window: one
+    line per weight formula, the recipes that share it named together."""
+    fig, (ax,) = _figure(height=3.8)
+    points = sorted((n, r, m) for r, rank in enumerate(info.microbatch_tokens)
+                    for m, n in enumerate(rank))
+    shared: dict[tuple, list[str]] = {}
+    for name, w in weights.items():
+        shared.setdefault((w.formula, tuple(w.times_n[r][m] for _, r, m in points)),
+                          []).append(name)
+    styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (1, 1))]
+    for i, ((formula, ys), names) in enumerate(shared.items()):
+        xs = [n for n, _, _ in points]
+        exact = all(y == 1.0 for y in ys)
+        ax.plot(xs, ys, ls=styles[i % len(styles)], lw=1.6, marker="o", ms=4,
+                color=COLORS["global_token"] if exact else ABLATION_COLORS[i % 4],
+                label=f"{formula}: {', '.join(names)}")
+    for n, r, _ in points:
+        ax.text(n, 0.02, f"rank {r}", ha="center", va="bottom", fontsize=7,
+                color=rank_color(r), transform=ax.get_xaxis_transform())
+    ax.axhline(1.0, color=COLORS["tolerance"], lw=1, zorder=0)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("n: supervised tokens in the token's microbatch")
+    ax.set_ylabel("a token's weight x N")
+    ax.set_title(f"{info.description}: what each recipe gives one token (N = "
+                 f"{info.global_tokens:,}, R = {info.first_label_rows})", fontsize=9)
+    ax.legend(frameon=False, fontsize=7.5, loc="upper right")
+    return fig
+

@@ -13,6 +13,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from course_lib.course.api import EvaluationReport
+from course_lib.course.edition import number
 from course_lib.jobs.parity import ParityReport
 from course_lib.jobs.resume import ResumeReport
 from course_lib.reports.numbers import err_bound
@@ -69,7 +70,7 @@ def rows(out: Path) -> list[Row]:
     verdict = "PASS" if p.correct.allclose else "FAIL"
     control = "FAIL" if not p.control_mode.allclose else "PASS"
     return [
-        Row("gradient values", f"{R1['compared_values']:,}", f"{p.compared_values:,}",
+        Row("gradient values", number(R1["compared_values"]), number(p.compared_values),
             "a smaller model"),
         Row("parity, W*S_r/N", f"{R1['parity_correct']:.2e} PASS",
             f"{err_bound(p.correct.max_abs_err)} {verdict}",
@@ -90,9 +91,9 @@ def evaluation_rows(e: EvaluationReport) -> list[Row]:
     # the counting convention, so the row states our count only, both ways.
     as_length = e.test_tokens + e.test_sequences  # one more token per sequence
     return [
-        Row("test tokens", f"{R1['test_tokens']:,}", f"{e.test_tokens:,}",
+        Row("test tokens", number(R1["test_tokens"]), number(e.test_tokens),
             f"another corpus; ours counts the L - 1 targets of its "
-            f"{e.test_sequences:,} sequences ({as_length:,} if counted as L)"),
+            f"{number(e.test_sequences)} sequences ({number(as_length)} if counted as L)"),
         Row("test loss per token", f"{R1['test_loss']:.3f}", f"{e.loss_per_token:.3f}",
             f"another corpus: ours is a Markov source, floor {e.entropy_floor:.3f}"),
         Row("token accuracy", f"{100 * R1['token_accuracy']:.1f}%",

@@ -7,11 +7,15 @@ notebook ``notebooks/fr/<chapter>.ipynb`` is built from the English chapter:
 its markdown from the entries, its code cells copied, so that a change to
 the code reaches both editions. A cell added, changed or removed in English
 makes the chapter stale until it is translated again (``problems``), and the
-build refuses a stale chapter.
+build refuses a stale chapter (and builds the others). The hash is of the
+text with its whitespace collapsed, so a reflowed cell needs no new
+translation; a cell whose id changed but whose text did not is a rename, and
+its translation follows it.
 
 The French notebooks live one folder down, so their relative links and
 paths gain a ``../``, and a first code cell sets ``COURSE_EDITION=fr``: the
-quiz and the widgets then speak French in that kernel (``edition``).
+quiz and the widgets then speak French in that kernel (``edition``). The
+French prose is set with French typography as it is built (``typography``).
 
     python -m course_lib.course.translation [--check] [--only NN ...]   # make translations
 """
@@ -29,6 +33,7 @@ from typing import Any
 
 from course_lib.core import paths
 from course_lib.course import edition as editions
+from course_lib.course import typography
 
 EDITION = "fr"
 # The code cell that switches the kernel to the edition, right after the title.
@@ -44,7 +49,9 @@ class TranslationError(ValueError):
 
 
 def source_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    """The hash an entry keeps of its English text: a reflow (whitespace
+    only) leaves it as it was."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:16]
 
 
 def chapters_dir(edition: str = editions.DEFAULT, root: Path | None = None) -> Path:
@@ -82,10 +89,44 @@ def _text(cell: dict) -> str:
     return "".join(cell["source"])
 
 
+def _markdown(stem: str) -> list[dict]:
+    """The English chapter's markdown cells; each must have an id (nbformat 4.5)."""
+    cells = _load(english(stem))["cells"]
+    for index, cell in enumerate(cells):
+        if "id" not in cell:
+            raise TranslationError(f"{stem}, cell {index}: no id: save the chapter with "
+                                   "nbformat 4.5 or later, which gives every cell one")
+    return [c for c in cells if c["cell_type"] == "markdown"]
+
+
+def renamed(stem: str, edition: str = EDITION) -> dict[str, str]:
+    """New id -> old id, for each English cell without an entry whose text
+    an orphaned entry was translated from: the same cell under a new id."""
+    cells = _markdown(stem)
+    entries = _load(entries_path(stem, edition))["cells"]
+    ids = {c["id"] for c in cells}
+    orphans = {e["en_sha256"]: cid for cid, e in entries.items() if cid not in ids}
+    found = {}
+    for cell in cells:
+        if cell["id"] not in entries:
+            old = orphans.pop(source_hash(_text(cell)), None)
+            if old is not None:
+                found[cell["id"]] = old
+    return found
+
+
+def _entries(stem: str, edition: str) -> dict[str, dict]:
+    """The chapter's entries, each renamed cell's under its new id."""
+    entries = _load(entries_path(stem, edition))["cells"]
+    for new, old in renamed(stem, edition).items():
+        entries[new] = entries.pop(old)
+    return entries
+
+
 def problems(stem: str, edition: str = EDITION) -> list[str]:
     """One line per cell to translate: missing, stale, or orphaned."""
-    cells = [c for c in _load(english(stem))["cells"] if c["cell_type"] == "markdown"]
-    entries = _load(entries_path(stem, edition))["cells"]
+    cells = _markdown(stem)
+    entries = _entries(stem, edition)
     found = []
     for cell in cells:
         entry = entries.get(cell["id"])
@@ -110,12 +151,13 @@ def build(stem: str, edition: str = EDITION) -> dict:
     if stale:
         raise TranslationError("; ".join(stale))
     nb = _load(english(stem))
-    entries = _load(entries_path(stem, edition))["cells"]
+    entries = _entries(stem, edition)
     cells = []
     for cell in nb["cells"]:
         cell = copy.deepcopy(cell)
         if cell["cell_type"] == "markdown":
-            cell["source"] = _lines(UP.sub(r"\1../../", entries[cell["id"]]["fr"]))
+            text = typography.french(entries[cell["id"]]["fr"])
+            cell["source"] = _lines(UP.sub(r"\1../../", text))
         else:
             cell["source"] = _lines(UP.sub(r"\1../../", _text(cell)))
             cell["outputs"], cell["execution_count"] = [], None
@@ -142,20 +184,25 @@ def same_code(built: dict, committed: dict) -> bool:
     return sources(built) == sources(committed)
 
 
-def _code(nb: dict) -> list[tuple[str, str]]:
-    return [(c["id"], _text(c)) for c in nb["cells"] if c["cell_type"] == "code"]
+def _code(nb: dict) -> list[str]:
+    """The code, cell by cell: what the outputs depend on (ids aside)."""
+    return [_text(c) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
 def keep_outputs(nb: dict, old: dict) -> dict:
-    """``nb`` with the outputs of ``old``'s code cells, whose code is the same,
-    and ``old``'s notebook metadata: the widget state that those outputs
-    point to lives there, not in the cells."""
-    nb["metadata"] = copy.deepcopy(old["metadata"])
-    ran = {c["id"]: c for c in old["cells"] if c["cell_type"] == "code"}
+    """``nb`` with the outputs of ``old``'s code cells, matched by their code
+    (a renamed cell keeps its outputs), and ``old``'s notebook metadata: the
+    widget state that those outputs point to lives there, not in the cells."""
+    if _code(nb) != _code(old):
+        raise ValueError("the code changed: execute the chapter instead")
+    nb["metadata"] = {**copy.deepcopy(old["metadata"]),
+                      "course_edition": nb["metadata"]["course_edition"]}
+    ran = iter(c for c in old["cells"] if c["cell_type"] == "code")
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
+            before = next(ran)
             for key in ("outputs", "execution_count", "metadata"):
-                cell[key] = copy.deepcopy(ran[cell["id"]][key])
+                cell[key] = copy.deepcopy(before[key])
     return nb
 
 
@@ -171,14 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stems = [stem for stem in translated(args.edition)
              if not args.only or stem[:2] in args.only]
-    stale = [line for stem in stems for line in problems(stem, args.edition)]
-    for line in stale:
-        print(line, file=sys.stderr)
-    if stale or args.check:
-        return 1 if stale else 0
+    status = 0
     for stem in stems:
+        try:
+            stale = problems(stem, args.edition)
+        except TranslationError as bad:
+            stale = [str(bad)]
+        for line in stale:
+            print(line, file=sys.stderr)
+        status = status or int(bool(stale))
+        if stale or args.check:
+            continue  # the other chapters still build
+        _follow_renames(stem, args.edition)
         path = built_path(stem, args.edition)
-        shown = path.relative_to(paths.project_root())
+        root = paths.project_root()
+        shown = path.relative_to(root) if path.is_relative_to(root) else path
         nb = build(stem, args.edition)
         old = _load(path) if path.exists() else None
         if old is not None and same_code(nb, old):
@@ -189,7 +243,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             write(nb, path)
             print(f"built {shown}: execute it to fill its outputs")
-    return 0
+    return status
+
+
+def _follow_renames(stem: str, edition: str) -> None:
+    """Key each renamed cell's entry by its new id, in the entries file."""
+    moved = renamed(stem, edition)
+    if not moved:
+        return
+    path = entries_path(stem, edition)
+    doc = _load(path)
+    doc["cells"] = _entries(stem, edition)
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for new, old in moved.items():
+        print(f"{stem}, cell {old} is now {new}: its translation follows it")
 
 
 if __name__ == "__main__":

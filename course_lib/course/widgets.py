@@ -20,6 +20,7 @@ import io
 from collections.abc import Iterator, Sequence
 
 import ipywidgets as w
+from IPython.display import Image
 from matplotlib.figure import Figure
 
 from course_lib.core import arithmetic
@@ -240,9 +241,15 @@ class TokenExplorer(_Displayable):
         right.set_title("The two means")
         self.mean_texts = [right.text(i, 0, "", ha="center", va="bottom",
                                       fontsize=9) for i in (0, 1)]
-        # The bias: a step from one bar's top to the other's.
-        (self.bias_line,) = right.plot([0.3, 0.5, 0.5, 0.7], [0, 0, 0, 0],
-                                       color=BIAS_COLOR, lw=2.5)
+        # The bias: a double-headed arrow between the two bar tops, with
+        # dotted guides from each top to it.
+        nan = float("nan")
+        (self.bias_line,) = right.plot([0.3, 0.5, nan, 0.5, 0.7], [0] * 5,
+                                       color=BIAS_COLOR, lw=1, ls=":")
+        self.bias_arrow = right.annotate(
+            "", xy=(0.5, 0), xytext=(0.5, 0),
+            arrowprops={"arrowstyle": "<|-|>", "color": BIAS_COLOR, "lw": 2,
+                        "shrinkA": 0, "shrinkB": 0, "mutation_scale": 12})
         self.bias_text = right.text(0.5, 0, "", color=BIAS_COLOR, fontsize=9,
                                     fontweight="bold", va="bottom", ha="center")
         right.set_xlim(-0.5, 1.5)
@@ -264,6 +271,11 @@ class TokenExplorer(_Displayable):
         for r, (n, x) in enumerate(zip(tokens, losses, strict=True)):
             self.tokens[r].value, self.losses[r].value = n, x
         return self.state
+
+    def snapshot(self) -> Image:
+        """The figure as it stands now, as a still picture: a reader without a
+        kernel sees it even after the sliders have moved on."""
+        return Image(data=_png(self.fig), format="png")
 
     @contextlib.contextmanager
     def kept(self) -> Iterator[TokenExplorer]:
@@ -324,7 +336,10 @@ class TokenExplorer(_Displayable):
             text.set_text(fmt2(value))
         top = max(mom, glob, 1e-6)
         self.ax_means.set_ylim(0, 1.4 * top)
-        self.bias_line.set_ydata([mom, mom, glob, glob])
+        self.bias_line.set_ydata([mom, mom, float("nan"), glob, glob])
+        self.bias_arrow.xy = (0.5, glob)
+        self.bias_arrow.set_position((0.5, mom))
+        self.bias_arrow.set_visible(abs(glob - mom) > 0.02 * top)
         self.bias_text.set_position((0.5, 1.16 * top))
         self.bias_text.set_text(f"bias {fmt2(st['bias'])}")
         self.image.value = _png(self.fig)
@@ -369,7 +384,7 @@ class ThetaExplorer(_Displayable):
         self.fig = fig
         self.ax_loss, self.ax_grad = fig.subplots(1, 2)
         self.markers = {}
-        panels = ((self.ax_loss, "loss", "loss", "mean loss per token"),
+        panels = ((self.ax_loss, "loss", "loss", "reported loss"),
                   (self.ax_grad, "grad", "gradient", "d loss / d theta"))
         for ax, kind, title, ylabel in panels:
             for scheme, key in (("mean_of_means", "mean_of_means"),

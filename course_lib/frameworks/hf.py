@@ -70,18 +70,19 @@ def takes(config: type, flags: dict[str, Any]) -> bool:
 def arguments(setup: Setup) -> dict[str, Any]:
     """TrainingArguments for the audit: one optimizer step over the window
     (B rows, M microbatches), plain SGD, clipping and logging off; the
-    configuration's flags on top."""
-    return dict(
+    configuration's flags on top (they may replace a default: --with packing's
+    per_device_train_batch_size)."""
+    return {**dict(
         output_dir=str(setup.workdir), per_device_train_batch_size=setup.shape.batch_size,
         gradient_accumulation_steps=setup.shape.microbatches, max_steps=1,
         learning_rate=setup.lr, lr_scheduler_type="constant", optim="sgd",
         max_grad_norm=0.0, use_cpu=setup.device.type == "cpu",
         ddp_backend=setup.backend, report_to=[], save_strategy="no",
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-        remove_unused_columns=False, seed=setup.shape.seed,
+        remove_unused_columns=False, seed=setup.shape.seed),
         # a copy: TrainingArguments fills a nested fsdp_config in, and the row
         # keeps the flags as asked
-        **copy.deepcopy(setup.flags))
+        **copy.deepcopy(setup.flags)}
 
 
 def capture_callback(model: torch.nn.Module) -> Any:

@@ -10,8 +10,8 @@ model), or hand the framework its own dataset and collator (``data``).
 
 An option that cannot run here (a missing package, triton, CUDA) is not left
 out: the framework itself refuses it while it is built, and the row is ``not
-run`` with the framework's own reason. A new configuration (``completion_only``,
-``packing``...) is one ``Option`` and its entry in ``OPTIONS``.
+run`` with the framework's own reason. A new configuration is one ``Option``
+and its entry in ``OPTIONS``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class Option:
     flags: Callable[[State], dict[str, Any]] = field(default=lambda state: {})
     # The model, wrapped before the framework and the reference see it.
     model: Callable[[torch.nn.Module, State], torch.nn.Module] | None = None
-    # (train dataset, collator) for the framework, from the window.
+    # (train dataset, collator) for the framework, from the window; a collator
+    # of None: the framework's own, which prepares the rows itself (TRL).
     data: Callable[[Window, State, int], tuple[Any, Any]] | None = None
     # What the row says about the model as trained (a line each).
     notes: Callable[[torch.nn.Module, State], list[str]] = field(
@@ -154,6 +155,151 @@ COLLATOR = Option(
     data=_collated, notes=_attention)
 
 
+# --- TRL's own data preparation: completion_only, assistant_only, packing -----------------
+#
+# The window's rows as text, conversations or unpadded ids, which TRL
+# tokenises, masks, packs and collates itself. The reference is built from
+# the labels and masks the model was fed (``Captured.seen``), so the prompt's
+# share, the packing and the masks TRL chose are all in it.
+
+
+def _prepared_by_trl(window: Window, row_of: Callable[[Any, int], dict]) -> tuple[Any, Any]:
+    """The rows ``row_of`` makes, in ``dispatched`` order, as the ``datasets``
+    IterableDataset TRL requires; no collator, so TRL's own."""
+    from datasets import IterableDataset
+
+    rows = list(dispatched(window, row_of))
+    return IterableDataset.from_generator(lambda: iter(rows)), None
+
+
+def _ids(mb: Any, row: int) -> list[int]:
+    return mb.input_ids[row, : int(mb.attention_mask[row].sum())].tolist()
+
+
+def _words(ids: list[int]) -> str:
+    return " ".join(map(str, ids))
+
+
+def _prompt_length(ids: list[int]) -> int:
+    """From 1 to half the row, from its content: the prompt's share moves from
+    row to row (so each rank's count N_r does), the same on every rank."""
+    return 1 + sum(ids) % (len(ids) // 2)
+
+
+def _prompt_completion(mb: Any, row: int) -> dict:
+    ids = _ids(mb, row)
+    p = _prompt_length(ids)
+    # The completion's leading space: joined, the two are the row's text.
+    return {"prompt": _words(ids[:p]), "completion": " " + _words(ids[p:])}
+
+
+def _conversation(mb: Any, row: int) -> dict:
+    """Four turns, user and assistant in turn: the prompt, then the rest in thirds."""
+    ids = _ids(mb, row)
+    p = _prompt_length(ids)
+    third = (len(ids) - p) // 3  # at least 1: the rest is half the row or more (>= 6)
+    cuts = [0, p, p + third, p + 2 * third, len(ids)]
+    roles = ("user", "assistant", "user", "assistant")
+    return {"messages": [{"role": role, "content": _words(ids[a:b])}
+                         for role, a, b in zip(roles, cuts, cuts[1:], strict=False)]}
+
+
+def _labelled(mb: Any, row: int) -> dict:
+    """Unpadded ids with the window's own labels (its masked prompts): TRL
+    leaves a labels column as it is, and packs both."""
+    n = int(mb.attention_mask[row].sum())
+    return {"input_ids": mb.input_ids[row, :n].tolist(), "labels": mb.labels[row, :n].tolist()}
+
+
+def _loss_on(flag: str, said: dict[bool, str]) -> Callable[[torch.nn.Module, State], list[str]]:
+    def notes(model: torch.nn.Module, state: State) -> list[str]:
+        return [f"{flag}={state[flag]}: {said[state[flag]]}; TRL tokenised the rows and "
+                "built the labels: the reference is built from the labels it fed"]
+    return notes
+
+
+COMPLETION_ONLY = Option(
+    "completion_only", "TRL's completion_only_loss on prompt-completion rows, on and off",
+    ("trl",),
+    ({"completion_only_loss": True}, {"completion_only_loss": False}),
+    flags=lambda state: dict(state),
+    data=lambda window, state, vocab_size: _prepared_by_trl(window, _prompt_completion),
+    notes=_loss_on("completion_only_loss", {
+        True: "each row a prompt of 1 to n/2 tokens and its completion (TRL adds the EOS), "
+              "the prompt's labels masked", False: "the same rows, every label supervised"}))
+ASSISTANT_ONLY = Option(
+    "assistant_only", "TRL's assistant_only_loss on conversations, on and off, with a chat "
+    "template of its own that marks the assistant's turns", ("trl",),
+    ({"assistant_only_loss": True}, {"assistant_only_loss": False}),
+    flags=lambda state: dict(state),
+    data=lambda window, state, vocab_size: _prepared_by_trl(window, _conversation),
+    notes=_loss_on("assistant_only_loss", {
+        True: "each row four turns (user, assistant, user, assistant), rendered by the "
+              "tokenizer's own chat template, the users' labels masked",
+        False: "the same conversations, every label supervised"}))
+
+
+# The packed rows: as long as the window's (whose sequences are shorter, so
+# that some rows hold two), one a microbatch, so that the window's sequences
+# fill a step's W x M rows and none is dealt twice (accelerate's shard would
+# complete a short last batch with the first rows again).
+PACKED = {"packing": True, "max_length": 24, "per_device_train_batch_size": 1}
+
+
+# SFTConfig's packing_strategy choices (TRL 1.16), as its help says them.
+STRATEGIES = {"bfd": "best-fit decreasing, the overflow truncated",
+              "bfd_split": "best-fit decreasing, the overflow split into sequences of its own",
+              "wrapped": "the sequences concatenated and cut every max_length tokens"}
+
+
+def _packing(state: State) -> dict[str, Any]:
+    if "packing_strategy" in state:
+        return {**PACKED, **state}
+    # Unpacked, TRL refuses a max_length it would not enforce, and says to unset it.
+    return {**state, "max_length": None}
+
+
+def _isolated(model: torch.nn.Module) -> bool:
+    """Whether two sequences packed in one row, fed as TRL feeds them
+    padding-free (position_ids restarting, no attention mask, no cache), stay
+    apart: the second's logits are those it has alone."""
+    device = next(model.parameters()).device
+    ids = torch.arange(1, 8, device=device)[None]
+    positions = torch.tensor([[0, 1, 2, 0, 1, 2, 3]], device=device)
+    with torch.no_grad():
+        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, 3:]
+        alone = model(input_ids=ids[:, 3:], use_cache=False).logits[0]
+    return bool(torch.allclose(packed.float(), alone.float(), atol=1e-4))
+
+
+def _packed(model: torch.nn.Module, state: State) -> list[str]:
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    strategy = state.get("packing_strategy")
+    fed = (f"packing {strategy}: {STRATEGIES.get(strategy, strategy)}, one row of up to "
+           f"{PACKED['max_length']} tokens a microbatch" if strategy else
+           "padding_free: each microbatch's rows flattened into one row, unpacked")
+    if strategy == "wrapped":  # no sequence boundary survives: one sequence to the model
+        apart = ("a row is one sequence to the model (a mask of ones, positions running "
+                 "on): its pieces attend to each other, and the reference is the model as fed")
+    elif _isolated(model):
+        apart = ("fed padding-free (position_ids), each sequence attends to itself only: "
+                 "transformers masks by the position_ids")
+    else:
+        apart = ("fed padding-free (position_ids), the sequences of a row attend to each "
+                 "other: the reference is the model as fed")
+    return [f"{fed}; attention: {implementation}: {apart}"]
+
+
+PACKING = Option(
+    "packing", "TRL's packing, by packing_strategy (bfd, bfd_split, wrapped), and "
+    "padding_free", ("trl",),
+    (*({"packing_strategy": strategy} for strategy in STRATEGIES),
+     {"padding_free": True}),
+    flags=_packing,
+    data=lambda window, state, vocab_size: _prepared_by_trl(window, _labelled),
+    notes=_packed)
+
+
 # --- the rest: a flag each, refused by the framework where it cannot run -------------------
 
 
@@ -201,7 +347,8 @@ COMPILE = Option("compile", "torch.compile through the Trainer (torch_compile)",
 
 
 OPTIONS: dict[str, Option] = {o.name: o for o in (
-    LORA, CHECKPOINTING, COLLATOR, FSDP, DEEPSPEED, LIGER, COMPILE)}
+    LORA, CHECKPOINTING, COLLATOR, FSDP, DEEPSPEED, LIGER, COMPILE, COMPLETION_ONLY,
+    ASSISTANT_ONLY, PACKING)}
 NAMES: tuple[str, ...] = tuple(OPTIONS)
 
 

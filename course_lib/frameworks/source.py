@@ -3,7 +3,9 @@
 ``installed()`` finds, with ``inspect``, the lines of the *installed*
 ``transformers`` that fetch the window, count its supervised labels, gather
 the count over the ranks, divide the summed loss by it and multiply by W
-(``Trainer.get_batch_samples`` and the loss's ``num_items_in_batch`` path).
+(``Trainer.get_batch_samples`` and the loss's ``num_items_in_batch`` path);
+``trl_grpo()`` the lines of the installed TRL's ``GRPOTrainer`` that
+aggregate each ``loss_type``'s per-token terms (chapter 09).
 Each line is found by a fragment of its text, in whatever version is
 installed; a fragment the version lacks is printed as missing, never
 guessed. ``QUOTED`` holds lines of code that is not installed here
@@ -53,6 +55,8 @@ class Wanted:
     count: int = 1  # the lines to show from the one found (a statement's
     # unclosed brackets extend it anyway)
     optional: bool = False  # a version without it shows nothing, not "missing"
+    after: tuple[str, ...] = ()  # search only below the first line holding one
+    # of these (a branch of the function: the same line recurs in each)
 
 
 TRAINER = "Trainer"
@@ -67,8 +71,10 @@ TRANSFORMERS = (
     Wanted("loss kwargs?", (f"{TRAINER}.__init__",),
            ("self.model_accepts_loss_kwargs = any(",
             "self.model_accepts_loss_kwargs = "), optional=True),
-    Wanted("n = L - 1 a row", COUNT, ('else batch["labels"][..., 1:]',), count=3,
-           optional=True),
+    # the whole expression where a version has it (a collator's shift_labels
+    # first, then labels[..., 1:] or every label), else its labels[..., 1:] branch
+    Wanted("n of a row", COUNT, ("labels_for_count = [", 'else batch["labels"][..., 1:]'),
+           count=3, optional=True),
     Wanted("N_r = Σ n", COUNT, (".ne(-100).sum()", ".ne(-100)")),
     Wanted("N = Σ_r N_r", COUNT, ("accelerator.gather(",)),
     Wanted("S (a sum)", ("loss_utils.fixed_cross_entropy",),
@@ -129,6 +135,7 @@ OWNERS: dict[str, tuple[str, str | None]] = {
     "_ResultMetric": ("lightning.pytorch.trainer.connectors.logger_connector.result",
                       "_ResultMetric"),
     "fabric_distributed": ("lightning.fabric.utilities.distributed", None),
+    "GRPOTrainer": ("trl.trainer.grpo_trainer", "GRPOTrainer"),
 }
 
 
@@ -174,8 +181,15 @@ def find(wanted: Wanted) -> Line | None:
         obj, name, root = resolved
         lines, first = inspect.getsourcelines(obj)
         shown = Path(inspect.getsourcefile(obj) or "").relative_to(root)
+        start = 0
+        if wanted.after:
+            anchors = [i for i, text in enumerate(lines)
+                       if any(a in text for a in wanted.after)]
+            if not anchors:
+                continue
+            start = anchors[0] + 1
         for fragment in wanted.fragments:
-            for i, text in enumerate(lines):
+            for i, text in enumerate(lines[start:], start):
                 if fragment in text:
                     return Line(wanted.formula, f"{shown.as_posix()}:{first + i} in {name}",
                                 tuple(_statement(lines, i, wanted.count)))
@@ -260,3 +274,69 @@ def logging() -> tuple[Source, ...]:
         sources.append(Source(f"{title}: {package} {installed_version(package)}",
                               tuple(found)))
     return tuple(sources)
+
+
+# 09: TRL's GRPOTrainer, the lines that turn the per-token terms into the
+# loss a microbatch backprops, one branch of _compute_loss per loss_type.
+# B completions a microbatch, n_s a completion's tokens, M = GA, W the ranks.
+GRPO_LOSS = "GRPOTrainer._compute_loss"
+GRPO_BRANCH = {name: (f'self.loss_type == "{name}"', f'self.loss_type in ["{name}"')
+               for name in ("grpo", "dr_grpo")}
+GRPO_BRANCH["dapo"] = ('self.loss_type in ["cispo", "dapo"', 'self.loss_type == "dapo"')
+TRL_GRPO = (
+    ("the token term", (
+        Wanted("ratio π/π_old", (GRPO_LOSS,), ("coef_1 = torch.exp(log_importance_weights)",)),
+        Wanted("-A·ratio", (GRPO_LOSS,), ("per_token_loss1 = coef_1 * advantages",),
+               count=3),
+    )),
+    ("grpo", (
+        Wanted("(1/B)Σ_s S_s/n_s", (GRPO_LOSS,),
+               ("loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1)",
+                "loss = ((per_token_loss * completion_mask).sum(-1) / "
+                "completion_mask.sum(-1)"), after=GRPO_BRANCH["grpo"]),
+        Wanted("M (= GA)", (GRPO_LOSS,), ("normalizer = self.current_gradient_accumulation",),
+               after=GRPO_BRANCH["grpo"], optional=True),
+        Wanted("÷ M", (GRPO_LOSS,), ("loss = loss / normalizer",
+                                     "loss = loss / self.current_gradient_accumulation"),
+               after=GRPO_BRANCH["grpo"]),
+    )),
+    ("dr_grpo", (
+        Wanted("Σ A l/(B·L_max)", (GRPO_LOSS,), ("* self.max_completion_length)",),
+               after=GRPO_BRANCH["dr_grpo"]),
+        Wanted("M (= GA)", (GRPO_LOSS,), ("normalizer = self.current_gradient_accumulation",),
+               after=GRPO_BRANCH["dr_grpo"], optional=True),
+        Wanted("÷ M", (GRPO_LOSS,), ("loss = loss / normalizer",
+                                     "loss = loss / self.current_gradient_accumulation"),
+               after=GRPO_BRANCH["dr_grpo"]),
+    )),
+    ("dapo", (
+        Wanted("N_gen, all ranks", ("GRPOTrainer._generate_and_score_completions",),
+               ("num_items_in_batch = self.accelerator.gather(",)),
+        Wanted("N_gen / W", (GRPO_LOSS,), ('normalizer = inputs["num_items_in_batch"]',),
+               after=GRPO_BRANCH["dapo"]),
+        Wanted("× M / spg", (GRPO_LOSS,), ("normalizer = normalizer * self.current_gradient",),
+               after=GRPO_BRANCH["dapo"], optional=True),
+        Wanted("Σ A l / that", (GRPO_LOSS,),
+               ("loss = (per_token_loss * mask).sum() / normalizer", "/ normalizer"),
+               after=GRPO_BRANCH["dapo"]),
+    )),
+)
+
+
+def trl_grpo() -> dict[str, Source]:
+    """09: the installed TRL's GRPO lines, by loss_type ("the token term"
+    first): a line this version lacks is printed as not found."""
+    version = installed_version("trl")
+    found = {}
+    for title, wanted in TRL_GRPO:
+        lines = []
+        for w in wanted:
+            line = find(w)
+            if line is None and not w.optional:
+                line = Line(w.formula, "not found in this version",
+                            (" or ".join(repr(f) for f in w.fragments),))
+            if line is not None:
+                lines.append(line)
+        shown = title if title == "the token term" else f"loss_type={title!r}"
+        found[title] = Source(f"TRL {version}, GRPOTrainer: {shown}", tuple(lines))
+    return found

@@ -6,7 +6,9 @@ the script:
 
 - the step, by the audit job's own rank function (``jobs.audit.run_rank``,
   what ``course-lib audit --step FILE:step`` runs): its in-launch checks at
-  W = 2, -> ``reports/audit-step.json`` beside the capstone's;
+  W = 2, -> ``reports/audit-step.json`` beside the capstone's; and
+  ``world_size_invariance``, by that check's own rank function, at W = 1, 2
+  and 4 (the W = 2 job rides in the first launch);
 - ``resume``: a run stopped after ``stop`` updates, saved with the learner's
   ``save``, then loaded with its ``load`` into a fresh state (seeded RNGs,
   initial weights, a new sampler: what a new process starts from) and run
@@ -34,6 +36,7 @@ import torch.distributed as dist
 
 from course_lib import checks
 from course_lib.checks import CheckResult
+from course_lib.checks import world_size as world_size_check
 from course_lib.core import checkpoint, paths
 from course_lib.core.config import Config
 from course_lib.core.evaluate import RTOL
@@ -56,13 +59,18 @@ PROPERTIES: dict[str, str] = {
     "parity": "the gradient differs from the single-process reference",
     "trajectory": "over 5 updates the gradient leaves the single-process reference",
     "accumulation_invariance": "the gradient changes with the number of microbatches",
+    "world_size_invariance": "the gradient changes with the number of ranks",
     "permutation_invariance": "the gradient changes with the ranks the sequences go to",
     "no_sync": "the gradients are synced before the last microbatch, or differ after it",
     "resume": "stop, save, load and go on ends with other parameters than a continuous run",
     **{f"evaluate_w{w}": f"at W={w} the evaluation differs from the single-process one"
        for w in EVALUATION_WORLDS},
 }
-AUDITED = [name for name in PROPERTIES if name in checks.CHECKS]
+# The step's properties: the audit's checks. world_size_invariance runs
+# apart, one launch per W of its own; the others in the audit's launch.
+STEP_CHECKS = [name for name in PROPERTIES if name in checks.CHECKS]
+AUDITED = [name for name in STEP_CHECKS if checks.CHECKS[name].in_launch]
+STEP_WORLDS = world_size_check.WORLD_SIZES
 
 
 class LearnerError(RuntimeError):
@@ -71,8 +79,10 @@ class LearnerError(RuntimeError):
 
 @dataclass(frozen=True)
 class CapstoneJob(JobSpec):
-    """One file's ``parts``: its step audited (``step``), its save/load
-    (``resume``), its evaluate (``evaluate``) -> <run_dir>/reports/capstone-w<W>."""
+    """One file's ``parts``: its step audited (``step``), its step's
+    gradients at this W for world_size_invariance (``world_size``), its
+    save/load (``resume``), its evaluate (``evaluate``)
+    -> <run_dir>/reports/capstone-w<W>."""
 
     TAG: ClassVar[str] = "capstone"
     file: str
@@ -202,13 +212,19 @@ def run_rank(ctx: RankContext, spec: CapstoneJob) -> None:
     if "step" in spec.parts:  # the audit's own job, in this launch: audit-step.json
         audit.run_rank(ctx, audit.AuditJob([f"{spec.file}:step"], AUDITED), progress=None)
         ctx.progress(label, spec.parts.index("step") + 1, len(spec.parts))
+    if "world_size" in spec.parts:  # the check's own job: <run_dir>/audit/world-size/
+        job = world_size_check.WorldSizeJob(
+            [f"{spec.file}:step"], world_size_check.sequences(ctx.cfg, ctx.corpus),
+            ctx.cfg.train.batch_size_per_rank)
+        world_size_check.run_rank(ctx, job, progress=None)
+        ctx.progress(label, spec.parts.index("world_size") + 1, len(spec.parts))
     if "resume" in spec.parts:
         found["resume"] = resume(ctx, spec, funcs)
         ctx.progress(label, spec.parts.index("resume") + 1, len(spec.parts))
     if "evaluate" in spec.parts:
         found[f"evaluate_w{ctx.world_size}"] = evaluation(ctx, funcs)
         ctx.progress(label, spec.parts.index("evaluate") + 1, len(spec.parts))
-    if ctx.rank == 0:
+    if ctx.rank == 0 and found:  # a launch of world-size jobs alone has none
         CapstonePart(**ctx.header().fields(),
                      results={k: v for k, v in found.items() if v is not None},
                      ).save(ctx.out, CapstonePart.file_name(ctx.world_size))
@@ -246,9 +262,10 @@ def learner_failure(exc: LaunchError) -> str | None:
 
 def grade(cfg: Config, out: Path, runs: dict[Path, Path],
           **kw: Any) -> dict[Path, CapstoneReport]:
-    """Grade each file of ``runs`` (run directory -> file): its step, its
-    resume, its evaluation at each of ``EVALUATION_WORLDS``, one launch per
-    world size -> ``<run>/reports/capstone.json``."""
+    """Grade each file of ``runs`` (run directory -> file): its step (at
+    each of ``STEP_WORLDS`` for world_size_invariance), its resume, its
+    evaluation at each of ``EVALUATION_WORLDS``, one launch per world size
+    -> ``<run>/reports/capstone.json``."""
     if kw.get("backend", "auto") not in ("auto", "gloo") or \
             kw.get("device", "auto") not in ("auto", "cpu"):
         raise CapstoneInputError("capstone check: the script runs gloo on the CPU, and so "
@@ -266,10 +283,15 @@ def grade(cfg: Config, out: Path, runs: dict[Path, Path],
         raise CapstoneInputError(
             f"capstone check: the config's {cfg.data.test_sequences} test sequences split "
             f"evenly over {uneven} ranks, so padded duplicates would go unseen")
-    first = EVALUATION_WORLDS[0]
+    first = EVALUATION_WORLDS[0]  # the audit's W: its launch grades every part
+    plan = {first: ["step", "world_size", "resume", "evaluate"]}
+    for w in EVALUATION_WORLDS[1:]:
+        plan.setdefault(w, []).append("evaluate")
+    for w in STEP_WORLDS:
+        if w != first:
+            plan.setdefault(w, []).append("world_size")
     try:
-        for w in EVALUATION_WORLDS:
-            parts = ["step", "resume", "evaluate"] if w == first else ["evaluate"]
+        for w, parts in plan.items():
             launch(cfg, out, [CapstoneJob(str(f), str(d), parts) for d, f in runs.items()],
                    world_size=w, **kw)
     except LaunchError as exc:
@@ -278,12 +300,14 @@ def grade(cfg: Config, out: Path, runs: dict[Path, Path],
             raise
         named = f"{next(iter(runs.values())).name}: " if len(runs) == 1 else ""
         raise CapstoneInputError(named + reason) from None
-    return {d: _report(d, f) for d, f in runs.items()}
+    atol, rtol = harness.tolerance(cfg)
+    return {d: _report(d, f, atol, rtol) for d, f in runs.items()}
 
 
-def _report(run_dir: Path, file: Path) -> CapstoneReport:
+def _report(run_dir: Path, file: Path, atol: float, rtol: float) -> CapstoneReport:
     audited = audit.AuditReport.load(run_dir, audit.AuditReport.file_name("step"))
     found = dict(audited.checks)
+    found[world_size_check.NAME] = world_size_check.collect(run_dir, "step", atol, rtol)
     for w in EVALUATION_WORLDS:
         found.update(CapstonePart.load(run_dir, CapstonePart.file_name(w)).results)
     properties = {name: found[name] for name in PROPERTIES}
@@ -307,8 +331,10 @@ def describe(report: CapstoneReport) -> str:
     file = Path(report.file)
     shown = file.relative_to(paths.project_root()) if file.is_relative_to(
         paths.project_root()) else file
+    others = [w for w in STEP_WORLDS if w != report.world_size]
     lines = [f"Capstone check of {shown}: the step and resume at "
-             f"{report.world_size} ranks, the evaluation at "
+             f"{report.world_size} ranks (the step also at "
+             f"{' and '.join(map(str, others))}), the evaluation at "
              f"{' and '.join(map(str, EVALUATION_WORLDS))}; {report.backend} on "
              f"{report.device}, {report.dtype} (the evaluation in float64)"]
     for name, r in report.properties.items():

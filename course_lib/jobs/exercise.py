@@ -49,6 +49,9 @@ class ModeGradients:
     compared_values: int
     global_token: Comparison
     mean_of_means: Comparison
+    # per mode, ||g - g*|| / ||g*|| (the worst rank's): the error as a share
+    # of the gradient, comparable with a loss gap over the loss
+    relative_err: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,12 @@ def _sequences(cfg: Config, corpus: Corpus, tokens: list[int]) -> list[list[int]
         rng = random.Random(cfg.seed + 100 + r)
         seqs.append(corpus.source.sample(rng, longest)[: n + 1])
     return seqs
+
+
+def _relative(grads: list[torch.Tensor], ref: torch.Tensor) -> float:
+    """The worst rank's ||g - g*|| / ||g*||."""
+    return max(float((g.double() - ref.double()).norm() / ref.double().norm())
+               for g in grads)
 
 
 def run_rank(ctx: RankContext, spec: ExerciseJob) -> None:
@@ -124,7 +133,8 @@ def run_rank(ctx: RankContext, spec: ExerciseJob) -> None:
                 gradients=ModeGradients(
                     compared_values=int(ref.grad.numel()),
                     **{m: harness.compare_ranks(grads[m], ref.grad, atol, rtol)
-                       for m in MODES}),
+                       for m in MODES},
+                    relative_err={m: _relative(grads[m], ref.grad) for m in MODES}),
             ))
         ctx.progress("exercise", i + 1, len(ex.scenarios))
     if ctx.rank == 0:

@@ -540,6 +540,22 @@ def parse_names(text: str | None, default: tuple[str, ...], what: str) -> list[s
     return list(dict.fromkeys(names))
 
 
+def window_counts(cfg: Any, world_size: int, length: int = 24,
+                  data_dir: Path | None = None) -> WindowCounts:
+    """The counts of the skewed window that ``audit_frameworks`` feeds every
+    framework on ``world_size`` ranks (N, each N_r, R), computed in this
+    process before any launch: the window is a function of its shape alone."""
+    from course_lib.core import paths
+    from course_lib.core.data import load_corpus, locate
+
+    spec = FrameworksJob([], length=length)
+    shape = fw_window.WindowShape(world_size, spec.microbatches, spec.batch_size,
+                                  spec.length, spec.seed)
+    corpus = load_corpus(cfg, locate(cfg, data_dir or paths.data_dir()))
+    found = fw_window.counts(fw_window.build(shape, corpus.source))
+    return WindowCounts(found.N, found.N_r, found.R)
+
+
 def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[str],
                      *, sizes: str = "tiny", length: int = 24, timing: bool = False,
                      uses: list[str] | None = None, **kw: Any) -> FrameworksReport:

@@ -52,6 +52,8 @@ _FORMULAS = (TOKEN_MEAN, RANK_MEANS, MICRO_MEANS, BATCH_MEANS, SAMPLE_WEIGHTED, 
 VERDICTS = (*_FORMULAS, *(f + BEFORE_SHIFT for f in _FORMULAS), FLOORED, OTHER)
 # A float32 computation of a loss over ~100 tokens, against float64: relative.
 TOLERANCE = 1e-5
+# The frameworks whose logging the job can run, in the order it runs them.
+FRAMEWORKS = ("hf", "accelerate", "lightning")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,9 @@ class LoggingJob(JobSpec):
     # The models' initializer_range: at the usual 0.02 every token's loss is
     # near log V and the formulas agree to 1e-4; sharper weights part them.
     init_range: float = 0.5
+    # the frameworks to run (FRAMEWORKS by default): "hf" alone takes a few
+    # seconds, as chapter 07 runs it live
+    frameworks: list[str] = field(default_factory=lambda: list(FRAMEWORKS))
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,8 @@ def _measure(ctx: RankContext, spec: LoggingJob, model_type: str,
     # (key, average_tokens_across_devices, the model's loss_type set first)
     for key, average, loss_type in (("True", True, None), ("False", False, None),
                                     ("recipe", True, "ForCausalLM")):
+        if "hf" not in spec.frameworks:
+            break
         setup = _setup(ctx, spec, model_type, {"average_tokens_across_devices": average}, "hf")
         try:
             with frameworks.isolated():
@@ -255,11 +262,14 @@ def _measure(ctx: RankContext, spec: LoggingJob, model_type: str,
         finally:
             shutil.rmtree(setup.workdir, ignore_errors=True)
         values.update({f"hf/{key}/{k}": v for k, v in found.items()})
-    with frameworks.isolated():
-        found, fed["accelerate"] = logged.accelerate_run(
-            _fresh(ctx, spec, model_type).to(ctx.device), rows, spec.eval_batch_size,
-            cpu=ctx.device.type == "cpu")
-    values.update({f"accelerate/{k}": v for k, v in found.items()})
+    if "accelerate" in spec.frameworks:
+        with frameworks.isolated():
+            found, fed["accelerate"] = logged.accelerate_run(
+                _fresh(ctx, spec, model_type).to(ctx.device), rows, spec.eval_batch_size,
+                cpu=ctx.device.type == "cpu")
+        values.update({f"accelerate/{k}": v for k, v in found.items()})
+    if "lightning" not in spec.frameworks:
+        return values, fed
     setup = _setup(ctx, spec, model_type, {}, "lightning")
     try:
         with frameworks.isolated():
@@ -347,6 +357,8 @@ def _rows(ctx: RankContext, spec: LoggingJob, model_type: str, window: fw_window
                                                     eval_candidates(e_s, e_n0, layout))
     found = []
     for framework, what, mode, key, which, recipe in ROWS:
+        if framework not in spec.frameworks:
+            continue
         value = values[0][key]
         if value is None:
             raise RuntimeError(f"{framework} logged no {what} ({mode}) on rank 0")
@@ -387,7 +399,7 @@ def run_rank(ctx: RankContext, spec: LoggingJob) -> None:
     if ctx.rank == 0:
         LoggingReport(**ctx.header().fields(),
                       window={f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)
-                              if f.name != "models"},
+                              if f.name not in ("models", "frameworks")},
                       counts=counts, rows=found).save(ctx.out)
 
 
@@ -401,15 +413,21 @@ MODELS = ("gpt2", "llama")
 
 
 def frameworks_logging(cfg: Any, out: Path, model_types: list[str] | tuple[str, ...] = MODELS,
+                       names: list[str] | tuple[str, ...] = FRAMEWORKS,
                        **kw: Any) -> LoggingReport:
-    """One launch: every framework's logging, per model -> the report."""
-    missing = [p for p in PACKAGES.values() if frameworks.installed(p) is None]
+    """One launch: the logging of every framework in ``names`` (all three by
+    default), per model -> the report."""
+    unknown = [n for n in names if n not in FRAMEWORKS]
+    if unknown:
+        raise frameworks.UnknownFramework(f"no logging for {', '.join(unknown)}: "
+                                          f"choose among {', '.join(FRAMEWORKS)}")
+    missing = [PACKAGES[n] for n in names if frameworks.installed(PACKAGES[n]) is None]
     if missing:
         raise frameworks.UnknownFramework(f"not installed: {', '.join(missing)} "
                                           f"(pip install {' '.join(missing)})")
     for name in model_types:
         models.config(name, 8)  # UnknownModel: bad input, before any launch
-    launch(cfg, out, [LoggingJob(list(model_types))], **kw)
+    launch(cfg, out, [LoggingJob(list(model_types), frameworks=list(names))], **kw)
     return LoggingReport.load(out)
 
 

@@ -424,6 +424,70 @@ def verdicts(row: RecipeRow, claim: bool) -> str:
     return " | ".join("-" if f is None else verdict_text(f.verdict, f.factor) for f in found)
 
 
+# 08: a token's weight in the gradient once the ranks are combined, for the
+# objectives that the counts of the token's microbatch (r, m) decide: the
+# formula, and the weight times N (the token mean's 1 / N is 1).
+def _microbatch_means(w: RegimeInfo, r: int, m: int) -> float:
+    n = w.microbatch_tokens[r][m]
+    steps = len(w.microbatch_tokens[r])
+    return w.global_tokens / (len(w.microbatch_tokens) * steps * n) if n else 0.0
+
+
+def _microbatch_sums(w: RegimeInfo, r: int, m: int) -> float:
+    n = w.microbatch_tokens[r][m]
+    return w.global_tokens / (len(w.microbatch_tokens) * n) if n else 0.0
+
+
+WEIGHTS: dict[str, tuple[str, Any]] = {
+    "token_mean": ("1 / N", lambda w, r, m: 1.0),
+    "microbatch_means": ("1 / (W·M·n_{r,m})", _microbatch_means),
+    "microbatch_sums": ("1 / (W·n_{r,m})", _microbatch_sums),
+    "rank_means": ("1 / (W·N_r)",
+                   lambda w, r, m: w.global_tokens / (len(w.local_tokens) * w.local_tokens[r])),
+    "shift_scaled": ("1 / (N + R)",
+                     lambda w, r, m: w.global_tokens / (w.global_tokens + w.first_label_rows)),
+    "world_scaled": ("1 / (W·N)", lambda w, r, m: 1.0 / len(w.local_tokens)),
+}
+
+
+@dataclass(frozen=True)
+class TokenWeight:
+    formula: str  # what a token weighs, in S_{r,m}, n_{r,m}, N_r, N, R, W, M
+    times_n: list[list[float]]  # [rank][micro]: that weight times N, on one window
+
+
+def token_weights(info: RegimeInfo, names: Sequence[str]) -> dict[str, TokenWeight]:
+    """08: each recipe's token weight on the window ``info``, from its
+    objective (a recipe whose objective one microbatch's counts do not
+    decide, a sequence-level one, is left out)."""
+    found = {}
+    for name in names:
+        objective = RECIPES[name].objective
+        if objective in WEIGHTS:
+            formula, weight = WEIGHTS[objective]
+            found[name] = TokenWeight(formula, [
+                [weight(info, r, m) for m in range(len(rank))]
+                for r, rank in enumerate(info.microbatch_tokens)])
+    return found
+
+
+def describe_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> str:
+    """The recipes' token weights as a table: the formula, then the weight
+    times N of a token of each microbatch of ``info`` (1: the token mean's)."""
+    cells = [(r, m, n) for r, rank in enumerate(info.microbatch_tokens)
+             for m, n in enumerate(rank)]
+    width = max(len(w.formula) for w in weights.values()) + 2
+    head = "".join(f"{f'r{r},m{m}':>9}" for r, m, _ in cells)
+    counts = "".join(f"{f'n={n}':>9}" for _, _, n in cells)
+    lines = [f"{'':<20} {'':<{width}}a token's weight x N, by microbatch",
+             f"{'recipe':<20} {'a token weighs':<{width}}{head.lstrip()}",
+             f"{'':<20} {'':<{width}}{counts.lstrip()}"]
+    for name, w in weights.items():
+        values = "".join(f"{x:>9.3f}" for rank in w.times_n for x in rank)
+        lines.append(f"{name:<20} {w.formula:<{width}}{values.lstrip()}")
+    return "\n".join(lines)
+
+
 def describe_recipes(names: Sequence[str] | None = None) -> str:
     """The recipes (every one, or ``names``) as the sources describe them:
     backprop, reduction, claim."""

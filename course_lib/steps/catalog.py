@@ -181,7 +181,8 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
           "before is averaged again: no hang, a wrong gradient"),
     info(per_microbatch_mean, "bug", "each microbatch's own mean, divided by the steps",
           "a mean of microbatch means weighs tokens by their microbatch's size"),
-    info(count_never_reset, "bug", "the token count is never reset between windows",
+    info(count_never_reset, "bug",
+          "the token count, kept on the model, is never reset between windows",
           "right on the first window, then N keeps growing and the gradient fades"),
 )}
 

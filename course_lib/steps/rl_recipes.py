@@ -206,6 +206,29 @@ def trl_grpo_loss(loss_type: str, terms: torch.Tensor, mask: torch.Tensor,
     raise ValueError(f"unknown loss_type {loss_type!r}")
 
 
+def trl_token_weights(loss_type: str, labels_per_rank: Sequence[Sequence[torch.Tensor]]
+                      ) -> list[torch.Tensor]:
+    """Each completion token's weight in one optimizer step's gradient, after
+    DDP's mean over the ranks, under TRL's aggregation (``trl_grpo_loss``,
+    steps_per_generation = GA): d loss / d (A l)_t on its rank, over W. One
+    float64 tensor per microbatch, rank by rank, shaped like its labels (0
+    where the label is ignored); the token mean gives every token 1 / N."""
+    world = len(labels_per_rank)
+    tokens = sum(supervised_mask(lb).sum() for rank in labels_per_rank for lb in rank)
+    weights = []
+    for rank in labels_per_rank:
+        for labels in rank:
+            terms = torch.zeros(labels.shape, dtype=torch.float64, requires_grad=True)
+            mask = supervised_mask(labels).to(torch.float64)
+            loss = trl_grpo_loss(loss_type, terms, mask, len(rank),
+                                 generation_steps=len(rank),
+                                 generation_tokens=torch.as_tensor(tokens, dtype=torch.float64),
+                                 world_size=world)
+            (grad,) = torch.autograd.grad(loss, terms)
+            weights.append(grad * mask / world)
+    return weights
+
+
 def _trl_step(model, microbatches, world_size, loss_type: str, generation: int = 1):
     """The microbatches are one generation batch of ``generation`` optimizer
     steps (steps_per_generation = generation * GA): the step trains the first

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import gc
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -47,28 +48,31 @@ def step(model, microbatches, world_size):
             loss.backward()
 
 
-def atomic_save(obj, file):
-    """torch.save to ``file`` whole or not at all (chapter 06)."""
-    # fixed (a checkpoint written in place): a crash inside torch.save left a
-    # truncated file under the final name, and a resume would load it. Write
-    # a temporary file, then rename it: os.replace is atomic on one filesystem.
-    tmp = file.with_name(file.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, file)
-
-
 def save(path, model, optimizer, sampler, update):
     """Every rank calls it after ``update`` updates. Rank 0 writes what the
     ranks share; each rank writes its own RNG state (its dropout masks)."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    if dist.get_rank() == 0:
+    rank = dist.get_rank()
+    # fixed (a checkpoint written in place): every rank writes into a staging
+    # folder, and rank 0 renames it to ``path`` once every rank's file is in it
+    # (chapter 06). A rename is atomic on one filesystem: a job killed during
+    # the save leaves step-NNNN.tmp, which no resume takes for a checkpoint.
+    tmp = path.with_name(path.name + ".tmp")
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # what an earlier killed save left
+        tmp.mkdir(parents=True)
+    dist.barrier()  # the staging folder exists before any rank writes into it
+    if rank == 0:
         # fixed (the sampler forgotten): its state says which windows come next.
-        atomic_save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                     "sampler": sampler.state_dict(), "update": update}, path / "state.pt")
+        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                    "sampler": sampler.state_dict(), "update": update}, tmp / "state.pt")
     # fixed (one RNG state for every rank): each rank draws its own dropout masks.
-    atomic_save({"torch": torch.get_rng_state()}, path / f"rank-{dist.get_rank()}.pt")
-    dist.barrier()  # every rank waits for the writes; a crash is atomic_save's business
+    torch.save({"torch": torch.get_rng_state()}, tmp / f"rank-{rank}.pt")
+    dist.barrier()  # every rank's file is in the staging folder
+    if rank == 0:
+        shutil.rmtree(path, ignore_errors=True)  # the same step saved again
+        tmp.rename(path)  # the whole checkpoint appears at once, or none of it
+    dist.barrier()  # no rank goes on before the checkpoint is in place
 
 
 def load(path, model, optimizer, sampler):

@@ -27,10 +27,11 @@ from course_lib.core.data.plan import (
     parity_window,
     rank_bands,
     rank_pools,
+    sampler_plan,
 )
 
 __all__ = ["FORMAT_VERSION", "IGNORE_INDEX", "Corpus", "DataLockError", "MarkovSource",
            "Packing", "WindowSampler", "check_plan", "collate", "corpus_id", "corpus_paths",
            "generate_corpus", "generated_home", "load_corpus", "locate", "lock_record",
            "make_plan", "make_sampler", "make_source", "parity_window", "prepare",
-           "rank_bands", "rank_pools", "write_corpus"]
+           "rank_bands", "rank_pools", "sampler_plan", "write_corpus"]

@@ -118,6 +118,34 @@ def make_plan(cfg: Config, corpus: Corpus, world_size: int) -> list:
     return [sampler.next_window() for _ in range(cfg.train.updates)]
 
 
+def sampler_plan(cfg: Config, corpus: Corpus, world_size: int) -> list:
+    """What a usual DDP loader deals instead of the plan, in the plan's shape:
+    ``DistributedSampler`` over the whole train split, shuffled (a new shuffle
+    per epoch, ``set_epoch``), each rank's stream cut into windows, for as
+    many steps as the plan."""
+    from torch.utils.data import DistributedSampler
+
+    t = cfg.train
+    b, share = t.batch_size_per_rank, t.accumulation * t.batch_size_per_rank
+    train = corpus.splits["train"]  # each sampler deals positions in it
+    samplers: list[DistributedSampler[int]] = [
+        DistributedSampler(train, num_replicas=world_size, rank=r,  # type: ignore[arg-type]
+                           shuffle=True, seed=cfg.seed)
+        for r in range(world_size)]
+    windows: list = []
+    epoch = 0
+    while len(windows) < t.updates:
+        streams = []  # each rank's ids for this epoch
+        for sampler in samplers:
+            sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
+            streams.append([train[i] for i in sampler])
+        for k in range(0, len(streams[0]) - share + 1, share):  # one window
+            windows.append([[ids[m : m + b] for m in range(k, k + share, b)]
+                            for ids in streams])
+        epoch += 1
+    return windows[: t.updates]
+
+
 # --- padding -----------------------------------------------------------------
 
 

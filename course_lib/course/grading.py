@@ -1,0 +1,143 @@
+"""How a graded question is asked and graded; the questions themselves are
+the bank's (``course.questions``), one module per chapter, and a chapter
+asks them through ``quiz``.
+
+A ``Question`` holds its prompt, its answer (a value, or a function that
+computes it from the config, the corpus, the installed versions or the
+chapters' run), its hint and its worked reasoning (``docs/solutions.md``).
+``grade`` says "correct", or "not yet" with the hint: never the answer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from course_lib.core import paths
+from course_lib.course.edition import tr
+
+
+class UnknownQuestion(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class Question:
+    prompt: str
+    kind: str  # "number", "choice" (one option) or "choices" (a set of options)
+    answer: Any  # the value, or a function that computes it from a run
+    hint: str
+    # the options, or a function that lists them (so that listing the
+    # recipes waits until a question needs them: it imports torch)
+    options: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()
+    rel_tol: float = 1e-3
+    abs_tol: float = 1e-9
+    # why the answer is what it is, in 1-3 sentences (docs/solutions.md)
+    reasoning: str = ""
+
+    def expected(self):
+        return self.answer() if callable(self.answer) else self.answer
+
+    def choices(self) -> tuple[str, ...]:
+        return self.options() if callable(self.options) else self.options
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    message: str
+    question: str = field(default="", repr=False)
+    answered: bool = True  # False: no answer yet, so neither a grade nor a hint
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return self.message
+
+    def _repr_html_(self) -> str:
+        if not self.answered:  # no grade and no hint before an answer
+            return f'<i style="color:#777777">{self.message}</i>'
+        color = "#1b7837" if self.correct else "#c51b7d"
+        return f'<b style="color:{color}">{self.message}</b>'
+
+
+RIGHT = "correct"
+# What a question says before any answer: neither a grade nor a hint.
+UNANSWERED = "your answer here"
+
+
+def _unanswered(given) -> bool:
+    """None, an empty text or an empty selection (a widget left as it came)."""
+    if given is None:
+        return True
+    if isinstance(given, str):
+        return not given.strip()
+    return isinstance(given, (list, tuple, set, frozenset)) and not given
+
+
+def _not_yet(hint: str) -> Verdict:
+    return Verdict(False, tr("not yet: {hint}").format(hint=hint))
+
+
+def grade(q: Question, given) -> Verdict:
+    """Grade one answer. A wrong answer's message never contains "correct"
+    nor the expected value."""
+    if q.kind == "number":
+        if isinstance(given, str):
+            try:
+                given = float(given)
+            except ValueError:
+                return _not_yet(tr("answer with a number"))
+        if isinstance(given, bool) or not isinstance(given, (int, float)) \
+                or not math.isfinite(given):
+            return _not_yet(tr("answer with a finite number"))
+        ok = math.isclose(given, q.expected(), rel_tol=q.rel_tol, abs_tol=q.abs_tol)
+        return Verdict(True, tr(RIGHT)) if ok else _not_yet(tr(q.hint))
+    options = {o.lower(): o for o in q.choices()}
+    if q.kind == "choice":
+        if not isinstance(given, str) or given.strip().lower() not in options:
+            return _not_yet(tr("choose one of: {options}").format(
+                options=", ".join(q.choices())))
+        ok = given.strip().lower() == q.expected().lower()
+        return Verdict(True, tr(RIGHT)) if ok else _not_yet(tr(q.hint))
+    if q.kind == "choices":
+        if isinstance(given, str) or not isinstance(given, Iterable):
+            return _not_yet(tr("give a list of options, e.g. ['a', 'b']"))
+        picked = {str(x).strip().lower() for x in given}
+        unknown = sorted(picked - set(options))
+        if unknown:
+            return _not_yet(tr("{option} is not an option; choose among: {options}").format(
+                option=repr(unknown[0]), options=", ".join(q.choices())))
+        if picked == {x.lower() for x in q.expected()}:
+            return Verdict(True, tr(RIGHT))
+        return _not_yet(tr(q.hint))
+    raise ValueError(f"unknown question kind {q.kind!r}")
+
+
+# --- answers read from the chapters' run ------------------------------------------
+
+
+def from_run(report: str, get: Callable[[Any], Any], file: str | None = None
+          ) -> Callable[[], Any]:
+    """An answer read from the chapters' run: ``get`` of the report class
+    ``report`` ("module:Class"), loaded from the course's run directory
+    (from ``reports/<file>.json`` when the class's reports have several)."""
+    def read():
+        module, _, name = report.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        out = paths.default_out("course")
+        if not cls.exists(out, file):
+            raise FileNotFoundError(tr("run the chapter's job first: no {name}.json yet")
+                                    .format(name=file or cls.NAME))
+        return get(cls.load(out, file))
+    return read
+
+
+def check_names() -> tuple[str, ...]:
+    from course_lib.checks import NAMES
+
+    return NAMES

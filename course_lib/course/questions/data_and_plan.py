@@ -1,0 +1,157 @@
+"""Chapter 02's graded questions (``notebooks/02_data_and_plan.ipynb``)."""
+
+from __future__ import annotations
+
+from course_lib.course.grading import Question
+
+
+def _largest_window_bias(per_token: tuple[float, ...]) -> float:
+    """The largest mean of means - token mean over the windows of the 2-rank
+    plan, when every supervised token of rank r has the loss ``per_token[r]``."""
+    from course_lib.core import arithmetic
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    biases = []
+    for window in make_plan(cfg.with_world_size(2), data, 2):
+        counts = [sum(len(data.sequences[i]) - 1 for mb in rank for i in mb)
+                  for rank in window]
+        sums = [n * x for n, x in zip(counts, per_token, strict=True)]
+        biases.append(arithmetic.mean_of_means(sums, counts)
+                      - arithmetic.global_mean(sums, counts))
+    return max(biases)
+
+
+def _plan_token_ratio(world_size: int = 2, top: int | None = None,
+                      bottom: int = 0) -> float:
+    """Rank ``top``'s supervised tokens (the last rank by default) over rank
+    ``bottom``'s, summed over the whole plan of ``world_size`` ranks."""
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config().with_world_size(world_size)
+    data = corpus(cfg)
+    plan = make_plan(cfg, data, world_size)
+    top = world_size - 1 if top is None else top
+    per_rank = [sum(len(data.sequences[i]) - 1 for window in plan
+                    for mb in window[r] for i in mb) for r in (bottom, top)]
+    return per_rank[1] / per_rank[0]
+
+
+def _length_count_factor() -> float:
+    """The gradient's scale in the plan's worst window when N counts
+    len(sequence) instead of the supervised positions (len - 1):
+    the smallest N / (N + sequences) over the windows."""
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    factors = []
+    for window in make_plan(cfg, data, cfg.train.world_size):
+        ids = [i for rank in window for mb in rank for i in mb]
+        right = sum(len(data.sequences[i]) - 1 for i in ids)
+        factors.append(right / (right + len(ids)))
+    return min(factors)
+
+
+QUESTIONS: dict[str, Question] = {
+    "data_and_plan.predict_ratio": Question(
+        "Both ranks draw the same number of sequences per window, rank 0 from "
+        "lengths 16-64 and rank 1 from 65-128. Over the whole plan, how many "
+        "times as many supervised tokens as rank 0 does rank 1 hold? (within "
+        "10% counts)", "number", _plan_token_ratio,
+        "same number of sequences on both ranks: compare a typical length "
+        "of each band", rel_tol=0.1,
+        reasoning=(
+            "Both ranks draw as many sequences, so the ratio is that of their typical "
+            "targets: about 96 in the band 65-128 against about 39 in 16-64, close to "
+            "2.5; the plan's exact sums give the answer.")),
+    "data_and_plan.predict_labels": Question(
+        "The miniature batch [7, 4, 9] and [5, 2] goes through data.collate. "
+        "What is the shape of its labels (rows x columns), and how many of "
+        "their cells are supervised tokens?", "choice", "2 x 2 and 3",
+        "each label is the next token: which position of a row has none? "
+        "Count the targets of each row, then pad to the longer one",
+        options=("2 x 3 and 5", "2 x 3 and 3", "2 x 2 and 4", "2 x 2 and 3"),
+        reasoning=(
+            "Each label is the next token, so the last token of a row has no label: "
+            "[7, 4, 9] gives the targets [4, 9] and [5, 2] gives [2]. The rows are "
+            "padded to the longer one, 2 targets: labels of shape 2 x 2, whose one "
+            "padded cell holds IGNORE_INDEX, so 3 supervised tokens.")),
+    "data_and_plan.predict_untrained": Question(
+        "The untrained model reads rank 0's microbatch. What is its loss, the "
+        "mean cross-entropy over the supervised tokens, in nats per token?",
+        "choice", "3 to 4.5 nats",
+        "its weights are small and random, so its 32 scores at a position are "
+        "nearly equal: what does a guess spread evenly over 32 symbols pay "
+        "for the right one?",
+        options=("under 1 nat", "1 to 2 nats", "3 to 4.5 nats", "over 10 nats"),
+        reasoning=(
+            "Small random weights give nearly equal scores, so the model spreads "
+            "its probability almost evenly over the 32 symbols and pays about "
+            "-ln(1/32) = ln 32 = 3.47 nats per token: 3 to 4.5 nats. Its scores "
+            "are not exactly equal, which costs a little more (3.67); only "
+            "training brings it down, toward the entropy floor, 1.53.")),
+    "data_and_plan.1": Question(
+        "A made-up loss: in every window, each supervised token of rank 0 has "
+        "loss 2.0 and each token of rank 1 has loss 1.0. Write the gap, mean "
+        "of means minus global token mean, as a function of rank 0's share "
+        "N_0 / N of the window's tokens; then compute, from the plan's token "
+        "counts (per_window), the largest gap over the plan's windows.",
+        "number", lambda: _largest_window_bias((2.0, 1.0)),
+        "the mean of means gives each rank half the say, the token mean "
+        "gives rank r its share N_r / N. Which window gives rank 0 the "
+        "smallest share?", rel_tol=0.01,
+        reasoning=(
+            "The mean of means is (2 + 1) / 2 = 1.5 in every window; the token mean "
+            "is (2 N_0 + N_1) / N = 1 + N_0 / N. The gap, 0.5 - N_0 / N, is largest "
+            "where rank 0 holds the smallest share of the window, which is the "
+            "window of the largest ratio N_1 / N_0 (3.045x, step 22): 491 and 1495 "
+            "tokens, 1986 in all, so the token mean is 1 + 491 / 1986 = 1.2472 and "
+            "the mean of means reads 0.2528 too high. `max(0.5 - c[0] / sum(c) for c "
+            "in per_window)` computes it; rank 0's few tokens, which carry the high "
+            "loss, get half the say.")),
+    "data_and_plan.2": Question(
+        "Sequences of lengths 10, 20 and 30 go through data.collate as one "
+        "microbatch: what fraction of its label cells is padding?", "number",
+        30 / 87, "count the label cells (rows times the widest row's targets), "
+        "then the supervised ones (each row's targets)", rel_tol=0.01,
+        reasoning=(
+            "The widest row has 30 tokens, so 29 targets; three rows padded to 29 "
+            "make 87 label cells, of which only 9 + 19 + 29 = 57 are supervised: "
+            "30 of the 87 cells, 34%, are padding.")),
+    "data_and_plan.3": Question(
+        "Suppose N counted len(sequence) per sequence instead of its supervised "
+        "positions. In every window the global token mean, and so its "
+        "gradient, would be scaled by a factor below 1. What is that factor in "
+        "the plan's worst window, where it is smallest? Compute it from the "
+        "plan.", "number", _length_count_factor,
+        "the loss sums do not change, only N does, by one per sequence; every "
+        "window holds as many sequences, so which window's N suffers most?",
+        reasoning=(
+            "Counting len(sequence) adds one to N per sequence while the loss sums "
+            "stay, so the token mean, and every gradient with it, scales by "
+            "N / (N + R), with R = 32 sequences in every window. The factor is "
+            "smallest where N is: step 76, N = 1933, so 1933 / 1965 = 0.9837, a "
+            "gradient 1.6% too small, against 2283 / 2315 at step 0: the error "
+            "changes from window to window.")),
+    "data_and_plan.4": Question(
+        "With world_size = 4 the length range 16-128 splits into four even "
+        "bands. Over the whole plan, how many times rank 1's supervised tokens "
+        "does rank 2 hold? Estimate it from the bands before any run (within "
+        "5% counts); then set world_size = 4 in the parameters cell, run the "
+        "chapter again and compare with the printed ratios (the prose keeps "
+        "describing W = 2).",
+        "number", lambda: _plan_token_ratio(4, top=2, bottom=1),
+        "same number of sequences on every rank: compare a typical length of "
+        "rank 1's band and of rank 2's", rel_tol=0.05,
+        reasoning=(
+            "The bands are 44-71 and 72-99 for ranks 1 and 2. Every rank draws as "
+            "many sequences, so the ratio is that of typical targets: about 84.5 "
+            "against 56.5, close to 1.5. The plan's exact sums give 1.490 (the "
+            "rerun prints it beside 2.913x and 1.955x rank 0's), less than the ends' "
+            "3.885: neighbouring bands differ less.")),
+}

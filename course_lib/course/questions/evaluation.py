@@ -1,0 +1,251 @@
+"""Chapter 07's graded questions (``notebooks/07_evaluation.ipynb``)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from course_lib.core import paths
+from course_lib.course.edition import tr
+from course_lib.course.grading import Question
+
+
+def _hf_train_loss(average: bool = True) -> float:
+    """07: the Trainer's logged training loss on the skewed window, with
+    average_tokens_across_devices on (or off), as the committed
+    data/frameworks-logging.json measured it (the Llama model)."""
+    from course_lib.jobs.frameworks_logging import LoggingData
+
+    return LoggingData.committed().run.row(
+        "hf", "train loss", f"average_tokens_across_devices={average}", model="llama").value
+
+
+def _rank_accuracy_gap() -> float:
+    """07: on the chapter's 3-rank evaluation (runs/course/evaluate-3-ranks),
+    the mean of the ranks' token accuracies, the repeats left out, minus the
+    token accuracy, in percentage points."""
+    from course_lib.jobs.evaluate import EvaluationReport
+
+    out = paths.default_out("course") / "evaluate-3-ranks"
+    if not EvaluationReport.exists(out):
+        raise FileNotFoundError(tr("run the chapter's job first: no {name}.json yet")
+                                .format(name=EvaluationReport.NAME))
+    d = EvaluationReport.load(out).distributed
+    if d is None:  # evaluated in one process: no ranks to combine
+        raise FileNotFoundError(tr("run the chapter's job first: no {name}.json yet")
+                                .format(name=EvaluationReport.NAME))
+    return 100 * (d.mean_of_rank_means.token_accuracy - d.token_weighted.token_accuracy)
+
+
+def _train_log(first: int, last: int) -> list[dict[str, Any]]:
+    """07: every rank's log line of updates ``first`` to ``last`` in the
+    chapters' run (logs/train-rank<R>.jsonl)."""
+    import json
+
+    found = []
+    for path in sorted((paths.default_out("course") / "logs").glob("train-rank*.jsonl")):
+        found += [rec for rec in map(json.loads, path.read_text().splitlines())
+                  if rec["event"] == "step" and first <= rec["step"] <= last]
+    if len({rec["step"] for rec in found}) != last - first + 1:
+        raise FileNotFoundError(tr("run chapter 06 first: no training log yet"))
+    return found
+
+
+def _logged_token_mean(first: int, last: int) -> float:
+    """07: the token mean of updates ``first`` to ``last`` taken together."""
+    lines = _train_log(first, last)
+    return sum(r["local_loss_sum"] for r in lines) / sum(r["local_tokens"] for r in lines)
+
+
+@cache
+def _repeats_kept_loss(world_size: int) -> float:
+    """07: the test loss per token of the chapters' step-100 model on
+    ``world_size`` ranks, the ranks' [loss sum, tokens, correct] added with
+    DistributedSampler's repeats kept."""
+    import torch
+
+    from course_lib.core import checkpoint
+    from course_lib.core.evaluate import score, shard
+    from course_lib.core.model import build_model
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    final = checkpoint.step_dir(paths.default_out("course"), cfg.train.updates)
+    if not final.is_dir():
+        raise FileNotFoundError(tr("run chapter 06 first: no training log yet"))
+    model = build_model(cfg)
+    model.load_state_dict(checkpoint.load_params(final))
+    test = data.splits["test"]
+    total = torch.zeros(3, dtype=torch.float64)
+    for rank in range(world_size):
+        positions, _ = shard(len(test), world_size, rank)
+        total += score(model, data, [test[p] for p in positions]).totals()
+    return float(total[0] / total[1])
+
+
+@cache
+def _test_targets(count: int) -> int:
+    """07: the next-token targets of the first ``count`` test sequences."""
+    from course_lib.course.api import corpus, load_config
+
+    data = corpus(load_config())
+    return sum(len(data.sequences[i]) - 1 for i in data.splits["test"][:count])
+
+
+def _shard_size(world_size: int) -> int:
+    """07: the sequences DistributedSampler hands each rank of the test split."""
+    from course_lib.core.evaluate import shard
+    from course_lib.course.api import corpus, load_config
+
+    return len(shard(len(corpus(load_config()).splits["test"]), world_size, 0)[0])
+
+
+QUESTIONS: dict[str, Question] = {
+    "evaluation.predict_spread": Question(
+        "Averaged over the test tokens, how does the trained model's spread "
+        "term compare with the untrained model's?", "choice", "spread grows",
+        "the spread is also the average of -log p_j over all 32 symbols, p the "
+        "softmax: what does a model that is sure of the likely successors "
+        "leave to the other symbols?",
+        options=("spread shrinks", "spread stays about the same", "spread grows"),
+        reasoning=(
+            "It grows, from about 3.6 to about 5.9 nats: the spread is the average "
+            "of -log p_j over all 32 symbols, and a trained model that is sure of "
+            "the few likely successors gives the others tiny probabilities, each "
+            "paying a large -log p_j. The knowledge term grows faster, so the loss, "
+            "their difference, falls.")),
+    "evaluation.predict": Question(
+        "On 3 ranks, the one-process evaluation's 16,971 test tokens become "
+        "how many when the ranks' token counts are added with the sampler's "
+        "repeats kept?", "number",
+        lambda: _test_targets(256) + _test_targets(2),
+        "which positions does the sampler deal twice (the cell above), and "
+        "how many next-token targets does each of those sequences hold?",
+        reasoning=(
+            "The sampler pads 256 to 258 with positions 0 and 1, so the sums with "
+            "the repeats count those two sequences' targets twice: 16,971 plus the "
+            "L - 1 targets of test sequences 0 and 1 (95 together), 17,066. Only the "
+            "sums with the repeats dropped count every test token once with the "
+            "same weight, and they equal the one-process value to float64 "
+            "round-off; the mean of rank means weighs a token by 1 / (W N_r).")),
+    "evaluation.predict_logging": Question(
+        "The skewed window, 2 ranks: rank 0's microbatches hold N_0 = 31 "
+        "tokens with loss sum S_0 = 180.32, rank 1's N_1 = 56 tokens with "
+        "S_1 = 351.07. With average_tokens_across_devices=True, every rank's "
+        "num_items_in_batch is 87, the window's tokens over both ranks. "
+        "Following the three lines above, what training loss does the Trainer "
+        "log?", "number", _hf_train_loss,
+        "what does each rank hold once its loss, S_r / 87, is multiplied by "
+        "loss_scale = 2? and what does .mean() over the gathered ranks then "
+        "do with that 2?", rel_tol=2e-3,
+        reasoning=(
+            "The token mean, 531.39 / 87 = 6.108: rank r's loss is S_r / 87, "
+            "multiplied by loss_scale = W = 2, so rank 0 holds 2 * 180.32 / 87 = "
+            "4.145 and rank 1 holds 2 * 351.07 / 87 = 8.071; the log's .mean() over "
+            "the gathered ranks divides their sum by 2 again: (4.145 + 8.071) / 2 = "
+            "(S_0 + S_1) / 87. The factor W is chapter 03's, and the mean undoes it.")),
+    "evaluation.predict_logging_off": Question(
+        "The same window with average_tokens_across_devices=False: every rank's "
+        "num_items_in_batch is its own count, 31 on rank 0 and 56 on rank 1. "
+        "Following the same lines, what training loss does the Trainer log?",
+        "number", lambda: _hf_train_loss(False),
+        "without the flag, does the loss_scale block run? What does each rank hold "
+        "then, and what does .mean() over the two ranks make of it?", rel_tol=2e-3,
+        reasoning=(
+            "Without the flag the loss_scale block does not run, and each rank "
+            "divides by its own count: rank 0 holds 180.32 / 31 = 5.817 and rank 1 "
+            "351.07 / 56 = 6.269. The log's .mean() averages the two: (5.817 + "
+            "6.269) / 2 = 6.043, the mean of rank means, below the token mean 6.108 "
+            "because rank 0's 31 tokens, with the lower loss, get half the say.")),
+    "evaluation.predict_shard": Question(
+        "The test split holds 256 sequences. On 3 ranks, how many sequences "
+        "does DistributedSampler (drop_last=False) hand each rank?", "number",
+        lambda: _shard_size(3),
+        "every rank runs the same number of samples, and none is left out",
+        reasoning=(
+            "The sampler pads the list with its first entries until 3 divides it: "
+            "258 = 3 * 86, so every rank gets 86, and two sequences are scored twice.")),
+    "evaluation.1": Question(
+        "From the course's train logs (logs/train-rank<R>.jsonl in the run "
+        "folder): what is the training loss of updates 1 to 10 taken together, "
+        "every supervised token of those ten windows counted once?", "number",
+        lambda: _logged_token_mean(1, 10),
+        "do the ten windows hold the same number of tokens? and what does each "
+        "line's loss divide by?", rel_tol=1e-4,
+        reasoning=(
+            "Add local_loss_sum over both ranks and the ten updates, and divide by "
+            "the sum of their local_tokens. The plain mean of the ten logged losses "
+            "gives each window the same weight whatever its N, and the early windows "
+            "differ enough in loss and size that it misses by about 0.6%.")),
+    "evaluation.2": Question(
+        "Do the evaluation job's sum yourself, on 5 ranks, in this process: "
+        "for each rank r, score the test sequences at the positions "
+        "DistributedSampler(range(256), num_replicas=5, rank=r, shuffle=False) "
+        "hands it, with course_lib.evaluation_job.score, and add the five "
+        "ranks' scores.totals() (the [loss sum, token count, right predictions] "
+        "that one all_reduce adds up), the sampler's repeats kept. What loss "
+        "per token do the sums give?", "number", lambda: _repeats_kept_loss(5),
+        "which positions does the sampler repeat on 5 ranks? Drop them and you "
+        "should get the one-process value back; keep them and they count twice",
+        rel_tol=1e-4,
+        reasoning=(
+            "On 5 ranks the sampler pads 256 positions to 260 with positions 0 to "
+            "3, so the sums with the repeats count those four sequences twice: "
+            "27,778.78 nats over 17,254 tokens, 1.6100 per token, against the "
+            "one-process 1.6076. Left out (the positions past 255, or "
+            "scores.totals(~repeat) with shard's flags), the five ranks' totals "
+            "add up to the one-process sums, loss and right predictions alike, to "
+            "float64 round-off: a sum does not care how the sequences were split.")),
+    "evaluation.3": Question(
+        "Lightning, self.log(\"loss\", loss, on_epoch=True, sync_dist=True, "
+        "batch_size=<the batch's tokens>), one step per epoch on 4 ranks whose "
+        "batches hold 30, 31, 33 and 35 tokens: the logged epoch value is the "
+        "token mean of the four batches times what factor?", "number",
+        129 / 128,
+        "follow the Lightning lines the chapter prints: each rank adds "
+        "value * batch_size and batch_size; the sync averages both over the "
+        "ranks. Which of the two is an integer tensor, and what does copy_ keep "
+        "of 129 / 4?", rel_tol=1e-5,
+        reasoning=(
+            "129 / 128 = 1.0078: each rank's value * batch_size is its loss sum "
+            "S_r, a float, and its batch_size N_r is an integer, so the sync's "
+            "average over the 4 ranks gives S / 4 for the first and 129 / 4 = 32.25 "
+            "for the second, which copy_ into the integer tensor truncates to 32. "
+            "The logged value is (S / 4) / 32 = S / 128, the token mean S / 129 "
+            "times 129 / 128. A float count (torchmetrics' MeanMetric) never "
+            "truncates.")),
+    "evaluation.4": Question(
+        "Token accuracy is a ratio of sums too: right predictions over tokens. "
+        "Write the mean of the ranks' accuracies minus the token accuracy with "
+        "each rank's accuracy a_r and its share of the tokens N_r / N. Then "
+        "compute it for the chapter's 3 ranks, the sampler's repeats left out: "
+        "rank r scores the test ids ids[r::3], as the chapter's recipe did, with "
+        "course_lib.evaluation_job.score. How many percentage points is the mean "
+        "of the rank accuracies above the token accuracy (negative if below)?",
+        "number", _rank_accuracy_gap,
+        "the token accuracy weighs rank r's accuracy by N_r / N, their mean by "
+        "1 / W; scores.totals() gives a rank's [loss sum, tokens, right "
+        "predictions]", rel_tol=1e-3, abs_tol=1e-6,
+        reasoning=(
+            "The token accuracy is sum_r (N_r / N) a_r and the mean of the rank "
+            "accuracies sum_r a_r / W, so their difference is sum_r (1 / W - N_r / N) "
+            "a_r, zero when the ranks hold equal token counts or equal accuracies. "
+            "On the chapter's 3 ranks the round-robin shares hold similar counts "
+            "and accuracies, so the gap is a small fraction of a percentage point "
+            "(read from the run); like the mean of rank means of the loss, it is a "
+            "bias of the combination that no rerun averages away. Add the right "
+            "predictions and the tokens over the ranks, then divide once.")),
+    "evaluation.5": Question(
+        "Evaluate the same checkpoint on 2 ranks (world_size=2). Which of the "
+        "two wrong combinations still differs from the one-process value?",
+        "choice", "mean of rank means",
+        "does 2 divide 256? and do the even and the odd positions of the test "
+        "split hold the same loss per token?",
+        options=("sums with the repeats", "mean of rank means", "both", "neither"),
+        reasoning=(
+            "2 divides 256, so the sampler adds no repeat and the sums with repeats "
+            "kept are the token-weighted ones; the even and odd positions hold "
+            "different token counts and losses, so their means' average is not the "
+            "token mean.")),
+}

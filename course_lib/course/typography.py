@@ -1,0 +1,66 @@
+"""French typography, applied where French text is made: the chapters' prose
+at build time (``translation.build``) and the catalog's strings (``tr``).
+
+French sets a space before the high punctuation and inside guillemets, and
+that space must not break, or a colon wraps to the start of a line:
+
+- U+202F (narrow no-break space) before ``;``, ``?`` and ``!``;
+- U+00A0 (no-break space) before ``:`` and ``%``, after ``«`` and before ``»``;
+- ``×`` for an ``x`` between two numbers (``2 x 3``), ``…`` for ``...``.
+
+Only a space already there is made unbreakable: "http://", "a:b" or a
+Python slice stay as they are. Code (fenced blocks, ``code`` spans),
+LaTeX (``$...$``, ``$$...$$``), HTML tags and link targets are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+NNBSP = "\u202f"  # narrow no-break space
+NBSP = "\u00a0"  # no-break space
+
+# What typography must not touch: fenced code, code spans, LaTeX, a tag, a link's target.
+_PROTECTED = re.compile(
+    r"```.*?```|~~~.*?~~~|`[^`\n]*`|\$\$.*?\$\$|(?<!\\)\$[^$\n]+\$|<[^<>\n]+>|\]\([^)\s]*\)",
+    re.DOTALL)
+
+_RULES = (
+    (re.compile(r"(?<=\S)[ \t\u00a0\u202f]+([;?]|!(?!\[))"), NNBSP + r"\1"),
+    (re.compile(r"(?<=\S)[ \t\u00a0\u202f]+([:%])"), NBSP + r"\1"),
+    (re.compile(r"«[ \t\u00a0\u202f]*"), "«" + NBSP),
+    (re.compile(r"(?<=\S)[ \t\u00a0\u202f]*»"), NBSP + "»"),
+    (re.compile(r"(?<=\d) x (?=\d)"), " × "),
+    (re.compile(r"(?<!\.)\.\.\.(?!\.)"), "…"),
+)
+
+
+# A plain space where French needs one that does not break.
+_BREAKABLE = re.compile(r".{0,12}(?:(?<=\S)[ \t]+(?:[:;?%»]|!(?!\[))|«[ \t]).{0,6}")
+
+
+def _plain(text: str) -> str:
+    for pattern, replacement in _RULES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def french(text: str) -> str:
+    """``text`` with French typography, its code and formulas untouched."""
+    out, last = [], 0
+    for found in _PROTECTED.finditer(text):
+        out += [_plain(text[last:found.start()]), found.group(0)]
+        last = found.end()
+    out.append(_plain(text[last:]))
+    return "".join(out)
+
+
+def breakable(text: str) -> list[str]:
+    """The places in ``text`` (outside code and formulas) where a plain
+    space stands before high punctuation or inside guillemets: what
+    ``french`` fixes. Empty for a text set as French sets it."""
+    found = []
+    for chunk in _PROTECTED.split(text):
+        for m in _BREAKABLE.finditer(chunk):
+            found.append(m.group(0))
+    return found
