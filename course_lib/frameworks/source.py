@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,18 +197,24 @@ def find(wanted: Wanted) -> Line | None:
     return None
 
 
+def _found(wanted: Sequence[Wanted]) -> tuple[Line, ...]:
+    """Each wanted line as installed; one this version lacks (and needs) is
+    printed as not found, with the fragments it was looked for by."""
+    found = []
+    for w in wanted:
+        line = find(w)
+        if line is None and not w.optional:
+            line = Line(w.formula, "not found in this version",
+                        (" or ".join(repr(f) for f in w.fragments),))
+        if line is not None:
+            found.append(line)
+    return tuple(found)
+
+
 def installed() -> Source:
     """The lines of the installed transformers, from the fetch to the backward."""
     version = installed_version("transformers")
-    found = []
-    for wanted in TRANSFORMERS:
-        line = find(wanted)
-        if line is None and not wanted.optional:
-            line = Line(wanted.formula, "not found in this version",
-                        (" or ".join(repr(f) for f in wanted.fragments),))
-        if line is not None:
-            found.append(line)
-    return Source(f"transformers {version}, installed here", tuple(found))
+    return Source(f"transformers {version}, installed here", _found(TRANSFORMERS))
 
 
 def describe(*sources: Source) -> str:
@@ -329,14 +336,6 @@ def trl_grpo() -> dict[str, Source]:
     version = installed_version("trl")
     found = {}
     for title, wanted in TRL_GRPO:
-        lines = []
-        for w in wanted:
-            line = find(w)
-            if line is None and not w.optional:
-                line = Line(w.formula, "not found in this version",
-                            (" or ".join(repr(f) for f in w.fragments),))
-            if line is not None:
-                lines.append(line)
         shown = title if title == "the token term" else f"loss_type={title!r}"
-        found[title] = Source(f"TRL {version}, GRPOTrainer: {shown}", tuple(lines))
+        found[title] = Source(f"TRL {version}, GRPOTrainer: {shown}", _found(wanted))
     return found
