@@ -48,7 +48,8 @@ source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 templates_path = [str(HERE / "_templates")]
 html_static_path = [p for p in (STATIC, str(HERE / "_static")) if p]
 html_css_files = ["course-site.css"]
-html_js_files: list[str] = []
+# Before the MathJax config and the widgets: see the file (MathJax 3 has no Hub).
+html_js_files: list[str | tuple[str, dict[str, int]]] = [("mathjax-hub.js", {"priority": 100})]
 
 # --- notebooks: never executed -------------------------------------------------------
 nb_execution_mode = "off"
