@@ -99,11 +99,9 @@ def _markdown(stem: str) -> list[dict]:
     return [c for c in cells if c["cell_type"] == "markdown"]
 
 
-def renamed(stem: str, edition: str = EDITION) -> dict[str, str]:
+def _renamed(cells: list[dict], entries: dict[str, dict]) -> dict[str, str]:
     """New id -> old id, for each English cell without an entry whose text
     an orphaned entry was translated from: the same cell under a new id."""
-    cells = _markdown(stem)
-    entries = _load(entries_path(stem, edition))["cells"]
     ids = {c["id"] for c in cells}
     orphans = {e["en_sha256"]: cid for cid, e in entries.items() if cid not in ids}
     found = {}
@@ -115,18 +113,25 @@ def renamed(stem: str, edition: str = EDITION) -> dict[str, str]:
     return found
 
 
-def _entries(stem: str, edition: str) -> dict[str, dict]:
+def _follow(cells: list[dict], entries: dict[str, dict]) -> dict[str, str]:
+    """Key each renamed cell's entry by its new id, in ``entries``; new id -> old."""
+    moved = _renamed(cells, entries)
+    for new, old in moved.items():
+        entries[new] = entries.pop(old)
+    return moved
+
+
+def _entries(stem: str, edition: str, cells: list[dict]) -> dict[str, dict]:
     """The chapter's entries, each renamed cell's under its new id."""
     entries = _load(entries_path(stem, edition))["cells"]
-    for new, old in renamed(stem, edition).items():
-        entries[new] = entries.pop(old)
+    _follow(cells, entries)
     return entries
 
 
 def problems(stem: str, edition: str = EDITION) -> list[str]:
     """One line per cell to translate: missing, stale, or orphaned."""
     cells = _markdown(stem)
-    entries = _entries(stem, edition)
+    entries = _entries(stem, edition, cells)
     found = []
     for cell in cells:
         entry = entries.get(cell["id"])
@@ -151,7 +156,7 @@ def build(stem: str, edition: str = EDITION) -> dict:
     if stale:
         raise TranslationError("; ".join(stale))
     nb = _load(english(stem))
-    entries = _entries(stem, edition)
+    entries = _entries(stem, edition, _markdown(stem))
     cells = []
     for cell in nb["cells"]:
         cell = copy.deepcopy(cell)
@@ -248,12 +253,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _follow_renames(stem: str, edition: str) -> None:
     """Key each renamed cell's entry by its new id, in the entries file."""
-    moved = renamed(stem, edition)
-    if not moved:
-        return
     path = entries_path(stem, edition)
     doc = _load(path)
-    doc["cells"] = _entries(stem, edition)
+    moved = _follow(_markdown(stem), doc["cells"])
+    if not moved:
+        return
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for new, old in moved.items():
         print(f"{stem}, cell {old} is now {new}: its translation follows it")
