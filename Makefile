@@ -113,16 +113,23 @@ clean: $(STAMP)
 
 # docs/: the instructors' worked solutions (from course/quiz.py) and the
 # cheat-sheet (from the bug catalog's report of runs/course, or a run of its own).
-.PHONY: solutions cheatsheet recipes-page
+.PHONY: solutions cheatsheet recipes-page versions-page
 
 # docs/recipes.md (formulas), docs/recipe-verdicts.md and docs/rl-recipe-verdicts.md (verdicts)
 # pages, from runs/course (or a run of their own).
 recipes-page: $(STAMP)
 	$(BIN)/python -m course_lib.course.recipes_page
 
+# docs/framework-versions.md, the real loops version by version (chapter 08 links it),
+# from the committed data/frameworks-matrix.json.
+versions-page: $(STAMP)
+	$(BIN)/python -m course_lib.course.versions_page
+
 solutions: $(STAMP)
 	$(BIN)/python -m course_lib.course.solutions
 
+# docs/cheatsheet.md and .png, and the French edition's docs/fr/cheatsheet.md and .png
+# (one generator, its strings through course_lib/course/locale/fr.json).
 cheatsheet: $(STAMP)
 	$(BIN)/python -m course_lib.course.cheatsheet
 

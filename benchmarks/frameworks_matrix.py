@@ -5,6 +5,7 @@ registry, in a venv of its own, audited by ``course-lib frameworks``.
     .venv/bin/python benchmarks/frameworks_matrix.py --only transformers-5.10.1
     .venv/bin/python benchmarks/frameworks_matrix.py --quick  # this venv, nothing written
     .venv/bin/python benchmarks/frameworks_matrix.py --add transformers==5.25.0
+    .venv/bin/python benchmarks/frameworks_matrix.py --configurations  # every --with
 
 ``--add PACKAGE==VERSION`` measures one more version and keeps it in the
 matrix: its entry (``<package>-<version>``, its pins, the adapters it runs)
@@ -35,7 +36,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from course_lib.frameworks.evidence import FrameworkRow, Matrix, MatrixEntry, MatrixRow
+from course_lib.frameworks.evidence import (
+    Configurations,
+    FrameworkRow,
+    Matrix,
+    MatrixEntry,
+    MatrixRow,
+)
 from course_lib.jobs.frameworks import FrameworksReport
 from course_lib.reports.store import to_json
 
@@ -139,13 +146,15 @@ def probe(name: str, pins: list[str], code: str, no_adapter: str) -> str:
 
 
 def audit(name: str, frameworks: str, python: Path | None = None, out: Path | None = None,
-          models: str = MODELS) -> tuple[list[FrameworkRow], str]:
-    """``course-lib frameworks`` in the entry's venv (or ``python``): its rows,
-    or why there are none."""
+          models: str = MODELS, uses: str = "", timeout: int = 600
+          ) -> tuple[list[FrameworkRow], str]:
+    """``course-lib frameworks`` in the entry's venv (or ``python``), with the
+    ``--with`` configurations ``uses``: its rows, or why there are none."""
     python = python or venv(name)
     out = out or OUT / name / "out"
     cmd = [str(python), "-m", "course_lib", "frameworks", "--framework", frameworks,
-           "--model", models, "--out", str(out), "--timeout", "600"]
+           "--model", models, "--out", str(out), "--timeout", str(timeout),
+           *(["--with", uses] if uses else [])]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     report = out / "reports" / "frameworks.json"
     if not report.exists() or proc.returncode == 2:
@@ -154,14 +163,15 @@ def audit(name: str, frameworks: str, python: Path | None = None, out: Path | No
     return list(FrameworksReport.load(out).rows), ""
 
 
-def matrix(entries: dict[str, MatrixEntry], command: str, models: str = MODELS) -> Matrix:
+def matrix(entries: dict[str, MatrixEntry], command: str, models: str = MODELS,
+           kind: type[Matrix] = Matrix) -> Matrix:
     import torch
 
     # The entries in the table's order (an entry dropped from it is dropped);
     # The tables' entries first, then those added (--add) and --quick's.
     order = [n for n in [*ENTRIES, *TRIED] if n in entries]
     order += [n for n in entries if n not in order]
-    return Matrix(
+    return kind(
         date=datetime.date.today().isoformat(), torch=torch.__version__,
         python=sys.version.split()[0], command=command,
         models=models.split(","), entries={n: entries[n] for n in order},
@@ -187,6 +197,47 @@ def quick() -> int:
     return 1 if reason else 0
 
 
+# --configurations: the frameworks whose --with configurations it measures
+# (every option applies to one of them at least), one launch each.
+CONFIGURED = ("hf", "trl")
+
+
+def configurations(timeout: int) -> int:
+    """Every ``--with`` configuration on this venv's frameworks, both models,
+    every flag set: ``data/frameworks-configurations.json``. One launch per
+    framework holds all of its configurations."""
+    from collections import Counter
+
+    from course_lib.frameworks import adapter, installed, options
+    from course_lib.jobs.frameworks import stack
+
+    orphans = [n for n, o in options.OPTIONS.items() if not set(o.frameworks) & set(CONFIGURED)]
+    if orphans:
+        raise SystemExit(f"--configurations: {', '.join(orphans)} applies to none of "
+                         f"{', '.join(CONFIGURED)}")
+    pins = [f"{package}=={version}" for package, version in stack().items()]
+    entries = {}
+    for framework in CONFIGURED:
+        names = [n for n, o in options.OPTIONS.items() if framework in o.frameworks]
+        package = adapter(framework).package
+        started = time.monotonic()
+        rows, reason = audit(framework, framework, Path(sys.executable),
+                             OUT / "configurations" / framework, uses=",".join(names),
+                             timeout=timeout)
+        # An entry per framework: its version is in each row, and in the pins.
+        entries[framework] = MatrixEntry(
+            pins, framework, "not run" if reason else "measured", reason, rows)
+        verdicts = ", ".join(f"{n} {v}" for v, n in Counter(
+            str(r.verdict) for r in rows).items()) or reason
+        print(f"{package + ' ' + str(installed(package)):<22} "
+              f"{time.monotonic() - started:6.1f} s  {len(rows)} rows: "
+              f"{verdicts}", flush=True)
+    matrix(entries, "python benchmarks/frameworks_matrix.py --configurations",
+           kind=Configurations).write()
+    print(f"wrote {Configurations.path().relative_to(ROOT)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="comma-separated entry names")
@@ -195,7 +246,16 @@ def main() -> int:
                              "and keep it in the matrix (repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="this venv's HF Trainer on GPT-2: no install, no file written")
+    parser.add_argument("--configurations", action="store_true",
+                        help="every --with configuration on this venv's frameworks -> "
+                             f"data/{Configurations.NAME}.json")
+    parser.add_argument("--timeout", type=int, default=3600,
+                        help="with --configurations: seconds for each framework's launch")
     args = parser.parse_args()
+    if args.configurations:
+        if args.only or args.add or args.quick:
+            parser.error("--configurations audits this venv: drop --only, --add, --quick")
+        return configurations(args.timeout)
     if args.quick:
         if args.only:
             parser.error("--quick audits this venv: drop --only")

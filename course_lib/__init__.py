@@ -57,7 +57,6 @@ _EXPORTS: dict[str, str] = {
     "stop_and_continuous": "course_lib.jobs.train:stop_and_continuous",
     "continuous_dir": "course_lib.jobs.train:continuous_dir",
     "resume_check": "course_lib.jobs.resume:resume_check",
-    "fresh_state": "course_lib.jobs.train:fresh_state",
     "train_steps": "course_lib.jobs.train:train_steps",
     # 07 evaluation and loss logging
     "evaluate_run": "course_lib.course.api:evaluate_run",
@@ -75,6 +74,8 @@ _EXPORTS: dict[str, str] = {
     "audit_frameworks": "course_lib.jobs.frameworks:audit_frameworks",
     "audit_trainer": "course_lib.jobs.frameworks:audit_trainer",
     "describe_frameworks": "course_lib.jobs.frameworks:describe",
+    # the --with configurations: committed, or measured live here
+    "describe_configurations": "course_lib.course.configurations:describe",
     "Matrix": "course_lib.frameworks.evidence:Matrix",
     "predicted_formula": "course_lib.jobs.frameworks:predicted",
     "framework_window": "course_lib.jobs.frameworks:window_counts",
@@ -84,12 +85,16 @@ _EXPORTS: dict[str, str] = {
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
     # 05 the bug lab: the 32 sequences world_size_invariance spreads over W
     "world_size_sequences": "course_lib.checks.world_size:sequences",
+    # 05 the bug lab: the bugs by family, and one bug read three ways
+    "bug_tour": "course_lib.course.bug_tour:tour",
     # 09 choose the unit
     "packing_of": "course_lib.rank.harness:packing_of",
     # 09 choose the unit: the steps of any objective, objective_global's source
     "objective_steps": "course_lib.steps.objectives",
     # 09 choose the unit: the RL stacks' aggregations, and each token's weight
     "rl_recipes": "course_lib.steps.rl_recipes",
+    # 09 choose the unit: TRL's real GRPOTrainer and RLOOTrainer under torchrun
+    "grpo_trainer": "course_lib.jobs.trl_grpo",
     # 10 capstone
     "capstone_check": "course_lib.jobs.capstone:check",
     "describe_capstone": "course_lib.jobs.capstone:describe",

@@ -13,7 +13,8 @@ It lays out one Sphinx source folder per edition, ``build/site/src/en`` and
   after each widget one line saying how to run it live (``make lab``); the
   links of the chapters are rewritten to where their targets land in the site
   (a page, or a download for a script);
-- the docs (``docs/*.md`` and what they show), the pages of ``site/pages/``
+- the docs (``docs/*.md`` and what they show; in an edition that has its own
+  page, ``docs/<edition>/<page>.md``, that one in its place), the pages of ``site/pages/``
   (the README's old sections, each including what ``generate.py`` wrote),
   ``ARCHITECTURE.md``, and the home page of each edition (``site/home/``);
 
@@ -84,6 +85,24 @@ def chapters(edition: str) -> list[Path]:
     return sorted(EDITIONS[edition].glob(CHAPTERS))
 
 
+def own_version(path: Path, edition: str) -> Path:
+    """The edition's own version of a file of ``docs/`` (``docs/fr/cheatsheet.md``,
+    ``docs/fr/cheatsheet.png``) where it has one, else the file itself."""
+    path = path.resolve()
+    own = ROOT / "docs" / edition / path.name
+    return own if edition != "en" and path.parent == ROOT / "docs" and own.is_file() else path
+
+
+def docs_pages(edition: str) -> list[tuple[Path, bool]]:
+    """Each page of ``docs/`` as the edition shows it, and whether that is
+    the English page (the French edition says so under its title)."""
+    pages = []
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        shown = own_version(path, edition)
+        pages.append((shown, shown == path.resolve()))
+    return pages
+
+
 def _is_relative(target: str) -> bool:
     return not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^#|^/", target)
 
@@ -91,8 +110,9 @@ def _is_relative(target: str) -> bool:
 def site_path(repo_path: Path, edition: str) -> Path:
     """Where a repository file lands in an edition's source folder (relative)."""
     rel = repo_path.resolve().relative_to(ROOT)
-    if edition == "fr" and rel.parts[:2] == ("notebooks", "fr"):
-        rel = Path("notebooks", *rel.parts[2:])
+    # the French chapter or docs page takes the English one's place
+    if edition == "fr" and rel.parts[:2] in (("notebooks", "fr"), ("docs", "fr")):
+        rel = Path(rel.parts[0], *rel.parts[2:])
     if rel.parts[:2] == ("site", "pages"):
         return Path(*rel.parts[2:])
     if rel == Path("ARCHITECTURE.md"):
@@ -125,6 +145,7 @@ class Layout:
                 return target
             if not found.exists():
                 return target  # left as it is: the link check names it
+            found = own_version(found, self.edition)
             landed = site_path(found, self.edition)
             if found.suffix not in (".md", ".ipynb"):
                 self.extra.add(found)  # a download (a script) or an image: copied
@@ -207,8 +228,8 @@ def assemble(edition: str, src: Path, gen: Path) -> Layout:
 
     for path in chapters(edition):
         lay.write(note(site_path(path, edition)), lay.chapter(path))
-    for path in sorted((ROOT / "docs").glob("*.md")):
-        lay.page(path, note(Path("docs", path.name)), english_only=True,
+    for path, english in docs_pages(edition):
+        lay.page(path, note(Path("docs", path.name)), english_only=english,
                  banner=INSTRUCTORS[edition] if path.name == "solutions.md" else "")
     for path in sorted((SITE / "pages").glob("*.md")):
         lay.page(path, note(Path(path.name)), english_only=True)

@@ -20,6 +20,8 @@ include; nothing here is typed in by hand:
   real code did (``data/frameworks-matrix.json``, ``data/trl-grpo-loss.json``);
 - ``frameworks-matrix.md`` and ``frameworks-matrix.png``: the version matrix,
   table and heatmap, from ``data/frameworks-matrix.json``;
+- ``frameworks-configurations.md``: the ``--with`` configurations, from
+  ``data/frameworks-configurations.json`` (the table chapter 08 prints);
 - ``frameworks-logging.md``: what the frameworks log, from
   ``data/frameworks-logging.json``.
 
@@ -249,6 +251,24 @@ def matrix_figure(path: Path) -> None:
     fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
 
 
+def configurations_table() -> str:
+    """The --with configurations, committed: the chapter's table
+    (``Configurations.lines``, what ``describe_configurations`` prints)."""
+    from collections import Counter
+
+    from course_lib.frameworks.evidence import CONFIGURATION_HEAD, Configurations
+
+    doc = Configurations.committed()
+    lines = doc.lines()
+    tally = ", ".join(f"{n} {v}" for v, n in Counter(str(r.verdict) for r in doc.rows).items())
+    versions = ", ".join(f"{p} {v}" for p, v in doc.rows[0].stack.items()) if doc.rows else ""
+    return (f"`data/{Configurations.NAME}.json`: {len(doc.rows)} rows ({tally}), "
+            f"{doc.date}, {versions}; written by `{doc.command}`. A line per "
+            "configuration, state and flag set, the models merged where their rows "
+            "say the same:\n\n"
+            + table(list(CONFIGURATION_HEAD), [line.cells for line in lines]) + "\n")
+
+
 def logging_table() -> str:
     data = json.loads((ROOT / "data" / "frameworks-logging.json").read_text())
     run = data["run"]
@@ -269,6 +289,7 @@ PAGES = {
     "bug-catalog.md": bug_catalog,
     "recipes-table.md": recipes_table,
     "frameworks-matrix.md": matrix_table,
+    "frameworks-configurations.md": configurations_table,
     "frameworks-logging.md": logging_table,
 }
 FIGURES = {"frameworks-matrix.png": matrix_figure}

@@ -141,6 +141,9 @@ def test_a_token_budget_makes_the_ranks_uneven(cfg, corpus):
 def test_float64_tolerance_is_the_exactness_bound(cfg):
     assert harness.tolerance(cfg) == (1e-6, 1e-4)
     assert harness.tolerance(audits.with_dtype(cfg, "float64")) == (1e-12, 0.0)
+    # Named: the same tolerances as the config at that dtype.
+    assert harness.tolerance(cfg, "float64") == (1e-12, 0.0)
+    assert harness.tolerance(audits.with_dtype(cfg, "float64"), "float32") == (1e-6, 1e-4)
 
 
 def test_audit_report_round_trips(tmp_path):

@@ -24,6 +24,7 @@ FIGURE = {
     "trl_grpo_loss": r"^trl-[\d.]+/dapo/spg=ga +loss [+-]\d\.\d+e[+-]\d+ vs ",
     "frameworks_logging": r"^[1-9]\d* recipes measured, frameworks-logging\.json left as it is",
     "mixed_precision": r"^mean of means error / rule error, autocast_bf16: \d+\.\d$",
+    "trl_grpo_trainer": r"^[1-9]\d* case\(s\) in \d+ s, trl-grpo-trainer\.json left as it is",
 }
 # A benchmark whose quick mode would still be its whole subject, and why.
 NOT_QUICK = {

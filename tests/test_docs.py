@@ -133,6 +133,20 @@ def test_the_committed_recipes_page_is_the_generators_output():
     assert "What each one trains" not in recipes_page.markdown_path().read_text()
 
 
+def test_the_committed_versions_page_is_the_generators_output():
+    """docs/framework-versions.md, the history chapter 08 links, is the
+    rendering of the committed version matrix, and names every Trainer
+    version that the matrix measured."""
+    from course_lib.course import versions_page
+    from course_lib.frameworks.evidence import Matrix
+
+    page = versions_page.path().read_text()
+    assert page == versions_page.markdown(), (
+        "docs/framework-versions.md is stale: run `make versions-page`")
+    for version in {r.version for r in Matrix.committed().measured if r.framework == "hf"}:
+        assert version in page, f"transformers {version} is measured but not on the page"
+
+
 def test_the_reference_run_page_shows_the_course_run():
     """docs/reference-run.md (chapter 07 links it) states the course's column of
     the r1 comparison: when the chapters' run exists, its numbers are those."""

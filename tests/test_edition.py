@@ -3,13 +3,15 @@ COURSE_EDITION alone (LANG is the learner's shell, not the course's)."""
 
 import ast
 import json
+import re
 import string
+from pathlib import Path
 
 import pytest
 
 from course_lib.core import paths
 from course_lib.core.reference import Comparison
-from course_lib.course import api, edition, quiz, widgets
+from course_lib.course import api, edition, grading, quiz, widgets
 from course_lib.jobs.parity import GradSample, ParityReport
 
 SOURCES = sorted((paths.project_root() / "course_lib").rglob("*.py"))
@@ -26,9 +28,25 @@ def marked() -> set[str]:
     return found
 
 
+def vocabularies() -> set[str]:
+    """The words from the code's own lists that a learner reads: the quiz's
+    options (but code names and formulas), the schemes' legends, and the
+    verdicts and formula names the figures write (each shown through ``tr``)."""
+    from course_lib.core.verdicts import Verdict
+    from course_lib.course.style import LABELS
+    from course_lib.frameworks.candidates import CANDIDATES
+    from course_lib.jobs.frameworks_logging import VERDICTS
+
+    options = {o for q in quiz.QUESTIONS.values() for o in q.choices()
+               if not grading.neutral(o)}
+    return options | set(LABELS.values()) | {str(v) for v in Verdict} | {
+        c.name for c in CANDIDATES} | set(VERDICTS)
+
+
 def learner_strings() -> set[str]:
-    """What a learner reads: the marked literals, the quiz's prompts and hints."""
-    return marked() | {quiz.RIGHT, quiz.UNANSWERED} | {
+    """What a learner reads: the marked literals, the quiz's prompts, hints
+    and options, and the figures' vocabularies."""
+    return marked() | vocabularies() | {quiz.RIGHT, quiz.UNANSWERED} | {
         q.prompt for q in quiz.QUESTIONS.values()} | {q.hint for q in quiz.QUESTIONS.values()}
 
 
@@ -94,3 +112,73 @@ def test_an_unknown_edition_is_one_line(monkeypatch):
     monkeypatch.setenv(edition.ENV, "de")
     with pytest.raises(edition.EditionError, match="choose one of en, fr"):
         edition.current()
+
+
+def test_numbers_as_each_edition_writes_them(monkeypatch):
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert edition.number(112_480) == "112,480" and edition.number(110_284, "d") == "110284"
+    assert edition.decimal(2.5) == "2.5000" and edition.decimal(-1e-12) == "0.0000"
+    assert edition.decimal(-0.5, 2) == "-0.50" and edition.number(0.3544, ".2%") == "35.44%"
+    monkeypatch.setenv(edition.ENV, "fr")
+    nnbsp, nbsp = "\u202f", "\u00a0"
+    assert edition.number(112_480) == f"112{nnbsp}480"
+    assert edition.number(110_284, "d") == f"110{nnbsp}284", "French groups every count"
+    assert edition.number(1234.5, ".2f") == f"1{nnbsp}234,50"
+    assert edition.decimal(2.5) == "2,5000" and edition.decimal(1 / 3, 2) == "0,33"
+    assert edition.decimal(-1e-12) == "0,0000" and edition.decimal(-0.5) == "-0,5000"
+    assert edition.number(0.3544, ".2%") == f"35,44{nbsp}%"
+    assert edition.number(6.43e-3, ".2e") == "6,43e-03"
+
+
+def _templates_of(source) -> list[tuple[str, re.Pattern]]:
+    """The English texts that ``source``'s ``tr`` calls mark and French
+    changes, as patterns (a placeholder matches anything)."""
+    found = []
+    for node in ast.walk(ast.parse(Path(source.__file__).read_text())):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            english = node.args[0].value
+            words = re.sub(r"\{[^{}]*\}", "", english)
+            if edition.catalog("fr")[english] != english and re.search(r"[a-z]{2,}", words):
+                parts = re.split(r"\{[^{}]*\}", english)
+                found.append((english, re.compile(".*".join(map(re.escape, parts)))))
+    return found
+
+
+def test_the_summary_speaks_one_language_a_line(monkeypatch, tmp_path):
+    from course_lib.core.evaluate import Score
+    from course_lib.jobs.evaluate import EvaluationReport
+    from course_lib.jobs.exercise import ExerciseReport, ModeGradients, ModelLosses, Scenario
+    from course_lib.jobs.resume import Ablation, ResumeReport
+
+    header = {"world_size": 2, "backend": "gloo", "device": "cpu", "dtype": "float32",
+              "nccl_reference_path": False, "torch": "2.x"}
+    good, bad = Comparison(7.45e-9, True, 0), Comparison(6.43e-3, False, 110_284)
+    ParityReport(**header, compared_values=112_480, atol=1e-6, rtol=1e-4, step=0,
+                 local_tokens=[12, 36], global_tokens=48, window_loss_per_token=1.0,
+                 modes={"global_token": good, "mean_of_means": bad}, no_sync={},
+                 grad_sample=GradSample([], [], [], []), passed=True,
+                 control="mean_of_means").save(tmp_path)
+    ResumeReport(**header, step=100, resumed_from_step=50, compared_values=112_480,
+                 max_abs_param_diff=0.0, identical=True, resumed="r", continuous="c",
+                 ablations={"model_only": Ablation(["model"], 0.121, False, True, "",
+                                                   51, 51)},
+                 every_ablation_matters=True).save(tmp_path)
+    EvaluationReport(device="cpu", backend="gloo", checkpoint="c", step=100,
+                     test_sequences=256, test_tokens=16_971, loss_per_token=1.6076,
+                     token_accuracy=0.3544, entropy_floor=1.5324, bayes_accuracy=0.38,
+                     untrained=Score(3.6825, 0.0253), above_floor_by=0.075).save(tmp_path)
+    gradients = ModeGradients(10, good, bad)
+    ExerciseReport(**header, atol=1e-6, rtol=1e-4, scenarios=[Scenario(
+        "skewed", [12, 36], [1.0, 3.0], [12.0, 108.0], 2.0, 2.5,
+        ModelLosses([1.0, 2.0], 2.0, 2.5), gradients)]).save(tmp_path)
+    english = api.summary(tmp_path).splitlines()
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = api.summary(tmp_path).splitlines()
+    assert len(french) == len(english) == 8
+    assert french[0] == "Bilan\u00a0: 2 rangs, gloo sur cpu (pas le chemin de référence NCCL)"
+    templates = _templates_of(api)
+    for line in french:
+        assert not [e for e, p in templates if p.search(line)], line
+        assert not re.search(r"\d\.\d|\b(of|over|vs|in|ranks|untrained|True|False)\b", line)
+    assert "110\u202f284 violations" in french[2] and "35,44\u00a0%" in french[6]

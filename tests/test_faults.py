@@ -91,23 +91,34 @@ def test_worker_noise_leaves_the_result_intact(tmp_path, cfg):
 
 
 def test_reseeded_config_runs_parity_without_prepare(tmp_path):
+    # A seed of this test's own: two sessions in one checkout (a fault loop on
+    # both fork paths) share runs/data, and one deleting the other's corpus
+    # while its workers started was a race (DataLockError on every rank).
+    seed = 10_000 + os.getpid()
     mine = tmp_path / "mine.yaml"
     mine.write_text((ROOT / "configs" / "minimum.yaml").read_text()
-                    .replace("seed: 1234", "seed: 4321"))
+                    .replace("seed: 1234", f"seed: {seed}"))
     cfg = course_lib.load_config(mine)
-    for p in data.corpus_paths(cfg, paths.generated_data_dir()):
-        p.unlink(missing_ok=True)
-    done = course_lib_cli("parity", "--config", mine, "--world-size", 3,
-                          "--out", tmp_path / "w3")
-    assert done.returncode == 0, done.stderr
-    assert ParityReport.load(tmp_path / "w3").world_size == 3
-    p4 = course_lib.parity(cfg, tmp_path / "w4", world_size=4, timeout=300)
-    assert p4.passed and len(p4.local_tokens) == 4
-    assert all(p.is_file() for p in data.corpus_paths(cfg, paths.generated_data_dir()))
-    assert not any(p.exists() for p in data.corpus_paths(cfg, paths.data_dir()))
-    untracked = subprocess.run(["git", "status", "--porcelain", "--", "data"], cwd=ROOT,
-                               capture_output=True, text=True).stdout
-    assert untracked == "", "nothing generated lands in data/"
+    made = data.corpus_paths(cfg, paths.generated_data_dir())
+    for p in made:
+        p.unlink(missing_ok=True)  # a pid reused since an earlier session
+    try:
+        done = course_lib_cli("parity", "--config", mine, "--world-size", 3,
+                              "--out", tmp_path / "w3")
+        assert done.returncode == 0, done.stderr
+        assert ParityReport.load(tmp_path / "w3").world_size == 3
+        p4 = course_lib.parity(cfg, tmp_path / "w4", world_size=4, timeout=300)
+        assert p4.passed and len(p4.local_tokens) == 4
+        assert all(p.is_file() for p in made)
+        assert not any(p.exists() for p in data.corpus_paths(cfg, paths.data_dir()))
+        # A corpus of any seed (not only this one's), never a data file of a
+        # change in progress (a new committed report).
+        untracked = subprocess.run(["git", "status", "--porcelain", "--", "data/corpus-*"],
+                                   cwd=ROOT, capture_output=True, text=True).stdout
+        assert untracked == "", "no generated corpus lands in data/"
+    finally:
+        for p in made:
+            p.unlink(missing_ok=True)
 
 
 def test_a_set_up_failure_is_the_first_line_of_the_error(tmp_path, cfg):

@@ -416,3 +416,201 @@ def test_trl_says_what_it_fed(launched):
     assert "rank 0 2 microbatches, padding-free" in said and "sequences [2, 2]" in said
     said = fed(launched[1], 1)
     assert "rank 1 2 microbatches, padded rows" in said and "lengths [24, 24]" in said
+
+
+# --- the committed configurations: data/frameworks-configurations.json -------------------
+#
+# `benchmarks/frameworks_matrix.py --configurations` measured every --with
+# configuration on both model families and every flag set of its frameworks;
+# the file is read here, nothing launches.
+
+CONFIGURATION_MODELS = ("gpt2", "llama")
+
+
+@pytest.fixture(scope="module")
+def configured_doc():
+    from course_lib.frameworks.evidence import Configurations
+
+    return Configurations.committed()
+
+
+def _option_of(row):
+    """(option, its state, the framework's own flags: those it did not set)."""
+    from course_lib.frameworks import options
+
+    (name, state), = row.uses.items()
+    top = options.OPTIONS[name].flags(state)
+    assert all(row.flags.get(k) == v for k, v in top.items()), (name, row.flags)
+    return name, state, {k: v for k, v in row.flags.items() if k not in top}
+
+
+def test_the_committed_configurations_parse_with_the_matrix_rows(configured_doc):
+    import json
+
+    from course_lib.frameworks.evidence import Configurations, Matrix, MatrixRow
+
+    raw = json.loads(Configurations.path().read_text())
+    doc = configured_doc
+    assert isinstance(doc, Matrix) and len(doc.rows) == len(raw["rows"]) > 0
+    assert doc.date and doc.torch and doc.command.startswith(
+        "python benchmarks/frameworks_matrix.py --configurations")
+    assert set(doc.models) == set(CONFIGURATION_MODELS)
+    for r in doc.rows:
+        assert isinstance(r, MatrixRow) and r.entry in doc.entries, r.entry
+        # each row names the versions it ran on
+        assert {"torch", "transformers", "accelerate", "trl", "peft"} <= set(r.stack), r.stack
+        assert r.version == r.stack[{"hf": "transformers", "trl": "trl"}[r.framework]]
+    for name, entry in doc.entries.items():
+        assert entry.status == "measured" or entry.reason, f"{name}: no reason"
+
+
+def test_every_option_has_a_row_for_each_model_and_flag_state(configured_doc):
+    """Each option, on each framework `course-lib frameworks` audits it on
+    (the learner's own Trainer takes options only through `audit --trainer`),
+    each model family, each of its states and each flag set: one row, measured
+    or not run / failed with its reason."""
+    from course_lib.core.verdicts import Verdict
+    from course_lib.frameworks import adapter, options
+
+    want = set()
+    for name, option in options.OPTIONS.items():
+        audited = [f for f in option.frameworks if adapter(f).variants]
+        assert audited, f"{name}: no framework of `course-lib frameworks` takes it"
+        want |= {(f, model, name, repr(state), repr(variant)) for f in audited
+                 for model in CONFIGURATION_MODELS for state in option.states
+                 for variant in adapter(f).variants}
+    got = []
+    for r in configured_doc.rows:
+        name, state, variant = _option_of(r)
+        got.append((r.framework, r.model, name, repr(state), repr(variant)))
+        if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED):
+            assert r.reason, f"{name} {r.model}: {r.verdict} needs its reason"
+    assert set(got) == want and len(got) == len(want), "none left out, none twice"
+
+
+@pytest.mark.parametrize("package", ["transformers", "trl", "accelerate", "peft"])
+def test_the_configurations_cover_the_installed_versions(configured_doc, package):
+    """A package installed here newer than the one the configurations ran on:
+    the table would be older than what a learner runs."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    installed = Version(importlib.metadata.version(package))
+    ran = {Version(r.stack[package]) for r in configured_doc.rows}
+    assert ran and installed <= max(ran), (
+        f"{package} {installed} is installed, the configurations ran on {sorted(ran)}: run "
+        "`.venv/bin/python benchmarks/frameworks_matrix.py --configurations`")
+
+
+def test_each_measured_configuration_is_the_formula_the_table_predicts(configured_doc):
+    from course_lib.core.verdicts import TOLERANCE
+    from course_lib.frameworks.evidence import UNMEASURED
+    from course_lib.jobs.frameworks import predicted
+
+    measured = [r for r in configured_doc.rows if r.verdict not in UNMEASURED]
+    assert {_option_of(r)[0] for r in measured} >= {
+        "lora", "gradient_checkpointing", "collator", "completion_only", "assistant_only",
+        "packing"}
+    for r in measured:
+        where = (r.framework, r.model, r.uses, r.flags)
+        assert r.residual < TOLERANCE.of(r.precision), where
+        assert [x.rank for x in r.ranks] == [0, 1], where
+        assert r.matches == predicted(r), where
+
+
+def _line_of(lines, row):
+    from course_lib.frameworks.evidence import _state_of
+
+    configuration, state = _state_of(row)
+    (line,) = [x for x in lines if (x.framework, x.configuration, x.state) ==
+               (row.framework, configuration, state) and row.model in x.models.split(", ")]
+    return line
+
+
+def test_the_face_shows_every_row_committed_or_live(configured_doc):
+    """`describe_configurations()`: a line per framework, option, state and
+    flag set, each row's model in one line; a row measured here stands in for
+    the committed one and is marked live."""
+    import dataclasses
+
+    import course_lib
+    from course_lib.core.verdicts import Verdict
+
+    text = course_lib.describe_configurations()
+    lines = configured_doc.lines()
+    assert len(text.splitlines()) == 3 + 1 + len(lines)
+    for r in configured_doc.rows:
+        line = _line_of(lines, r)
+        assert line.measured == f"committed {r.version}"
+        assert " ".join(line.cells[:4]) in " ".join(text.split()), line
+    row = next(r for r in configured_doc.rows if r.verdict == Verdict.EXACT)
+    live = dataclasses.replace(row, version="9.9.9", stack={**row.stack, "trl": "9.9.9"})
+    text = course_lib.describe_configurations([live])
+    mixed = configured_doc.lines([live])
+    assert _line_of(mixed, live).measured == "live 9.9.9"
+    assert sum(x.measured.startswith("live") for x in mixed) == 1
+    assert "live: 1 rows" in text and "live 9.9.9" in text
+    assert len(course_lib.describe_configurations(framework="trl").splitlines()) < len(
+        text.splitlines())
+
+
+def test_a_row_not_run_never_shows_as_a_pass(configured_doc):
+    """Not run or failed: the verdict says so and the finding is the reason,
+    never a formula, committed or live (a live row that failed replaces a
+    committed pass)."""
+    import dataclasses
+
+    from course_lib.core.verdicts import Verdict
+    from course_lib.frameworks.evidence import UNMEASURED
+
+    formulas = {c.name for c in candidates.CANDIDATES}
+    exact = next(r for r in configured_doc.rows if r.verdict == Verdict.EXACT)
+    refused = dataclasses.replace(exact, verdict=Verdict.NOT_RUN, reason="refused here",
+                                  matches=None, residual=None, relative_error=None)
+    lines = configured_doc.lines([refused])
+    rows = [r for r in configured_doc.rows if r.verdict in UNMEASURED and r != exact]
+    assert rows, "the committed file holds a configuration that cannot run here"
+    for r in [*rows, refused]:
+        line = _line_of(lines, r)
+        assert line.verdict == str(r.verdict) and line.finding == r.reason, line
+        assert line.finding not in formulas and "exact" not in line.verdict
+    assert _line_of(lines, refused).measured.startswith("live")
+
+
+def test_the_site_page_is_the_faces_table(configured_doc):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "site" / "generate.py"
+    spec = importlib.util.spec_from_file_location("course_site_generate", path)
+    assert spec and spec.loader
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    page = generate.configurations_table()
+    assert "frameworks-configurations.md" in generate.PAGES
+    body = [x for x in page.splitlines() if x.startswith("| ")][1:]
+    assert body == ["| " + " | ".join(generate.cell(c) for c in line.cells) + " |"
+                    for line in configured_doc.lines()]
+
+
+def test_the_grouped_view_says_same_only_where_every_row_trains_what_the_plain_one_does(
+        configured_doc):
+    """Chapter 08's grouped table: a configuration is one "same as" line only
+    while each of its rows says what the plain framework's row says; one live
+    row that says otherwise puts it back in detail."""
+    import dataclasses
+
+    import course_lib
+    from course_lib.core.verdicts import Verdict
+
+    text = course_lib.describe_configurations(framework="hf", grouped=True)
+    same = {line.split()[0] for line in text.splitlines() if "same as the plain" in line}
+    assert same == {"lora", "gradient_checkpointing", "compile"}, text
+    assert "not run" in text and max(map(len, text.splitlines())) < 140
+    row = next(r for r in configured_doc.rows
+               if r.framework == "hf" and "lora" in r.uses and r.verdict == Verdict.EXACT)
+    odd = dataclasses.replace(row, verdict=Verdict.BIASED)
+    text = course_lib.describe_configurations([odd], framework="hf", grouped=True)
+    same = {line.split()[0] for line in text.splitlines() if "same as the plain" in line}
+    assert "lora" not in same and "biased" in text

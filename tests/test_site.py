@@ -158,7 +158,7 @@ def test_every_page_beyond_the_chapters_is_built(site):
     """The reference pages, the docs, the instructors' section, in both editions."""
     names = ["index", "running", "cli", "audit", "checks", "recipes", "frameworks",
              "evaluation", "measurements", "course", "architecture", "docs/glossary",
-             "docs/cheatsheet", "docs/recipes", "docs/reference-run",
+             "docs/cheatsheet", "docs/recipes", "docs/framework-versions", "docs/reference-run",
              "docs/troubleshooting", "docs/solutions"]
     for edition in EDITIONS:
         for name in names:

@@ -248,6 +248,11 @@ def test_french_typography_leaves_code_and_formulas_alone():
     assert breakable(text) and not breakable(out)
     assert french(out) == out  # once is enough
     assert french("http://x a:b s[1:2]") == "http://x a:b s[1:2]"
+    # after a code span, a formula or a link, the space is the prose's
+    after = "`all_reduce` : somme ; $N$ ? [lien](x) : oui"
+    assert french(after) == (f"`all_reduce`{NBSP}: somme{NNBSP}; $N${NNBSP}? "
+                             f"[lien](x){NBSP}: oui")
+    assert len(breakable(after)) == 3 and not breakable(french(after))
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)

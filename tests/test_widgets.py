@@ -12,7 +12,6 @@ from course_lib.course.widgets import (
     ThetaExplorer,
     TokenExplorer,
     explorer_state,
-    fmt4,
     theta_state,
 )
 
@@ -58,9 +57,12 @@ def test_theta_state_same_loss_different_gradient():
     assert st["grad_global"] == 1.0
 
 
-def test_fmt4_has_no_negative_zero():
-    assert fmt4(-1e-12) == "0.0000"
-    assert fmt4(-0.5) == "-0.5000"
+def test_a_bias_of_rounding_reads_zero_not_minus_zero():
+    ex = TokenExplorer()
+    ex.set([12, 36], [0.1, 0.1])  # equal means: the bias is rounding, -1e-17
+    assert ex.state["bias"] != 0.0, "this case should leave a rounding residue"
+    assert "bias: 0.0000" in ex.bias_readout.value
+    assert "-0.0000" not in ex.bias_readout.value
 
 
 # --- token explorer ---------------------------------------------------------------

@@ -25,7 +25,7 @@ from course_lib.core.data import prepare as prepare_data
 from course_lib.core.model import build_model
 from course_lib.core.reference import reference_gradient
 from course_lib.core.verdicts import Verdict
-from course_lib.course.edition import tr
+from course_lib.course.edition import decimal, number, tr
 from course_lib.jobs.audit import BugsReport
 from course_lib.jobs.evaluate import EvaluationReport, evaluate_run
 from course_lib.jobs.exercise import ExerciseReport, exercise
@@ -34,7 +34,6 @@ from course_lib.jobs.parity import ParityReport, parity
 from course_lib.jobs.recipes import RecipesReport
 from course_lib.jobs.resume import ResumeReport, resume_check
 from course_lib.jobs.train import stop_and_continuous
-from course_lib.reports.numbers import short
 from course_lib.reports.store import Report
 
 
@@ -118,85 +117,109 @@ def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
 Row = tuple[str, str, str]
 
 
+def _short(x: float | None) -> str:
+    """``short`` in the edition's numbers: three significant digits, or n/a."""
+    return tr("n/a") if x is None else number(x, ".3g")
+
+
+def _flag(value: bool) -> str:
+    """True or False as the edition writes a yes or a no."""
+    return tr("True") if value else tr("False")
+
+
 def _parity_rows(p: ParityReport) -> list[Row]:
     ok, bad = p.correct, p.control_mode
-    rows = [("parity, global_token", tr("PASS") if ok.allclose else tr("FAIL"),
-             f"max |err| {short(ok.max_abs_err)}, {ok.violations} violations "
-             f"of {p.compared_values:,}")]
+    rows = [(tr("parity, {mode}").format(mode="global_token"),
+             tr("PASS") if ok.allclose else tr("FAIL"),
+             tr("max |err| {err}, {violations} violations of {values}").format(
+                 err=_short(ok.max_abs_err), violations=number(ok.violations, "d"),
+                 values=number(p.compared_values)))]
     if p.world_size > 1:
-        rows.append(("parity, mean_of_means",
+        rows.append((tr("parity, {mode}").format(mode="mean_of_means"),
                      tr("FAIL (expected)") if not bad.allclose
                      else tr("PASS (unexpected)"),
-                     f"max |err| {short(bad.max_abs_err)}, {bad.violations} violations"))
+                     tr("max |err| {err}, {violations} violations").format(
+                         err=_short(bad.max_abs_err), violations=number(bad.violations, "d"))))
     return rows
 
 
 def _resume_rows(r: ResumeReport) -> list[Row]:
-    rows = [(f"resume at step {r.step}", tr("IDENTICAL") if r.identical else tr("DIFFERS"),
-             f"max |diff| {r.max_abs_param_diff!r} over {r.compared_values:,}")]
+    rows = [(tr("resume at step {step}").format(step=r.step),
+             tr("IDENTICAL") if r.identical else tr("DIFFERS"),
+             tr("max |diff| {diff} over {values}").format(
+                 diff=number(r.max_abs_param_diff, ""), values=number(r.compared_values)))]
     for name, a in r.ablations.items():
-        rows.append((f"  ablation {name}", tr("differs") if a.matters else tr("same"),
-                     f"max |diff| {short(a.max_abs_param_diff)}"))
+        rows.append((tr("  ablation {name}").format(name=name),
+                     tr("differs") if a.matters else tr("same"),
+                     f"max |diff| {_short(a.max_abs_param_diff)}"))
     return rows
 
 
 def _evaluation_rows(e: EvaluationReport) -> list[Row]:
     u = e.untrained
     return [
-        ("test loss per token", f"{e.loss_per_token:.4f}",
-         f"untrained {u.loss_per_token:.4f}, entropy floor {e.entropy_floor:.4f}"),
-        ("token accuracy", f"{100 * e.token_accuracy:.2f}%",
-         f"untrained {100 * u.token_accuracy:.2f}%, "
-         f"{e.test_tokens:,} tokens in {e.test_sequences} sequences"),
+        (tr("test loss per token"), decimal(e.loss_per_token),
+         tr("untrained {untrained}, entropy floor {floor}").format(
+             untrained=decimal(u.loss_per_token), floor=decimal(e.entropy_floor))),
+        (tr("token accuracy"), number(e.token_accuracy, ".2%"),
+         tr("untrained {accuracy}, {tokens} tokens in {sequences} sequences").format(
+             accuracy=number(u.token_accuracy, ".2%"), tokens=number(e.test_tokens),
+             sequences=number(e.test_sequences, "d"))),
     ]
 
 
 def _exercise_rows(x: ExerciseReport) -> list[Row]:
-    return [(f"exercise {sc.name} {sc.tokens}",
-             f"{sc.mean_of_means:g} vs {sc.global_mean:g}",
-             f"mean_of_means grad allclose: {sc.gradients.mean_of_means.allclose}")
+    return [(tr("exercise {name} {tokens}").format(name=sc.name, tokens=sc.tokens),
+             tr("{mean_of_means} vs {global_mean}").format(
+                 mean_of_means=number(sc.mean_of_means, "g"),
+                 global_mean=number(sc.global_mean, "g")),
+             tr("mean_of_means grad allclose: {allclose}").format(
+                 allclose=_flag(sc.gradients.mean_of_means.allclose)))
             for sc in x.scenarios]
 
 
 def _bugs_rows(b: BugsReport) -> list[Row]:
     bugs = [r for r in b.steps.values() if r.kind == "bug"]
     correct = len(b.steps) - len(bugs)
-    return [("bug catalog", tr("ALL CAUGHT") if b.every_bug_caught else tr("MISSED"),
-             f"{sum(bool(r.caught_by) for r in bugs)} of {len(bugs)} bugs caught; "
-             f"{correct} correct designs, false alarms: {not b.no_false_alarm}")]
+    return [(tr("bug catalog"), tr("ALL CAUGHT") if b.every_bug_caught else tr("MISSED"),
+             tr("{caught} of {bugs} bugs caught; {correct} correct designs, "
+                "false alarms: {alarms}").format(
+                 caught=sum(bool(r.caught_by) for r in bugs), bugs=len(bugs),
+                 correct=correct, alarms=_flag(not b.no_false_alarm)))]
 
 
 def _recipes_rows(r: RecipesReport) -> list[Row]:
     exact = [n for n, row in r.recipes.items() if row.verdict == Verdict.EXACT]
-    return [("production recipes", tr("AS PREDICTED") if r.every_prediction_holds
-             else tr("SURPRISE"), f"{len(exact)} of {len(r.recipes)} train the token mean")]
+    return [(tr("production recipes"), tr("AS PREDICTED") if r.every_prediction_holds
+             else tr("SURPRISE"), tr("{exact} of {all} train the token mean").format(
+                 exact=len(exact), all=len(r.recipes)))]
 
 
 def _frameworks_rows(f: FrameworksReport) -> list[Row]:
     measured = [r for r in f.rows if r.verdict != Verdict.NOT_RUN]
     exact = [r for r in measured if r.verdict == Verdict.EXACT]
     names = ", ".join(dict.fromkeys(f"{r.framework} {r.version}" for r in measured))
-    return [("frameworks, audited", tr("MEASURED") if f.every_verdict_measured
+    return [(tr("frameworks, audited"), tr("MEASURED") if f.every_verdict_measured
              else tr("NOT RUN"),
-             f"{len(exact)} of {len(measured)} train the token mean ({names})")]
+             tr("{exact} of {all} train the token mean ({names})").format(
+                 exact=len(exact), all=len(measured), names=names))]
 
 
 @dataclass(frozen=True)
 class Section:
     report: type[Report]
     rows: Callable[[Any], list[Row]]
-    hint: str
+    command: str  # what writes the report: the summary names it when it is missing
 
 
 SECTIONS: dict[str, Section] = {
-    "parity": Section(ParityReport, _parity_rows, "run `course-lib parity`"),
-    "resume": Section(ResumeReport, _resume_rows, "run `course-lib resume-check`"),
-    "evaluation": Section(EvaluationReport, _evaluation_rows, "run `course-lib evaluate`"),
-    "exercise": Section(ExerciseReport, _exercise_rows, "run `course-lib exercise`"),
-    "bugs": Section(BugsReport, _bugs_rows, "run `course-lib bugs`"),
-    "recipes": Section(RecipesReport, _recipes_rows, "run `course-lib recipes`"),
-    "frameworks": Section(FrameworksReport, _frameworks_rows,
-                          "run `course-lib frameworks`"),
+    "parity": Section(ParityReport, _parity_rows, "course-lib parity"),
+    "resume": Section(ResumeReport, _resume_rows, "course-lib resume-check"),
+    "evaluation": Section(EvaluationReport, _evaluation_rows, "course-lib evaluate"),
+    "exercise": Section(ExerciseReport, _exercise_rows, "course-lib exercise"),
+    "bugs": Section(BugsReport, _bugs_rows, "course-lib bugs"),
+    "recipes": Section(RecipesReport, _recipes_rows, "course-lib recipes"),
+    "frameworks": Section(FrameworksReport, _frameworks_rows, "course-lib frameworks"),
 }
 PROTOCOL = ("parity", "resume", "evaluation", "exercise")  # what run-all produces
 
@@ -219,14 +242,15 @@ def summary(out: Path, sections: tuple[str, ...] = PROTOCOL) -> str:
     for name in sections:
         section = SECTIONS[name]
         rows += section.rows(loaded[name]) if name in loaded else [
-            (name, tr("missing"), section.hint)]
-    header = "no parity report yet"
+            (name, tr("missing"), tr("run `{command}`").format(command=section.command))]
+    header = tr("no parity report yet")
     p = loaded.get("parity")
     if isinstance(p, ParityReport):
-        header = f"{p.world_size} ranks, {p.backend} on {p.device}" + (
-            "" if p.nccl_reference_path else " (not the NCCL reference path)")
+        header = tr("{ranks} ranks, {backend} on {device}").format(
+            ranks=p.world_size, backend=p.backend, device=p.device) + (
+            "" if p.nccl_reference_path else tr(" (not the NCCL reference path)"))
     width = max(len(r[0]) for r in rows)
-    lines = [f"Summary: {header}"]
+    lines = [tr("Summary: {header}").format(header=header)]
     lines += [f"  {a:<{width}}  {b:<17} {c}" for a, b, c in rows]
     return "\n".join(lines)
 

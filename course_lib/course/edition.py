@@ -7,6 +7,9 @@ without its compiled files. The switch is not ``LANG``: a French-speaking
 learner's shell sets it already, and the English edition must stay English
 there. Reports, JSON keys, CLI flags and log lines stay English.
 
+``number`` writes a count and ``decimal`` a float the learner reads, as the
+edition writes numbers (112 480, 2,5000 in French).
+
 ``tr("...")`` marks a string for the catalog; ``tests/test_edition.py``
 collects every marked literal (as xgettext would) with the quiz's prompts and
 hints, and fails when the catalog misses one or keeps one that is gone.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 
@@ -58,11 +62,38 @@ def tr(text: str) -> str:
     return typography.french(found) if edition == "fr" else found
 
 
+# A format spec, cut where a thousands separator goes: [[fill]align][sign][z][#][0][width]
+# (grouping)(.precision)(type).
+_SPEC = re.compile(r"^(?P<head>(?:.?[<>=^])?[-+ ]?z?#?0?\d*)(?P<group>[,_]?)"
+                   r"(?P<tail>(?:\.\d+)?[a-zA-Z%]?)$")
+
+
 def number(value: float, spec: str = ",") -> str:
-    """``value`` as the edition writes numbers, ``spec`` as ``format`` takes
-    it: English 112,480 and 2.5; French 112 480 (a narrow no-break space)
-    and 2,5. Reports, JSON and the CLI keep Python's own format."""
-    text = format(value, spec)
+    """A count as the edition writes it, ``spec`` as ``format`` takes it for
+    English: English 112,480 and 2.5; French 112 480 (a narrow no-break
+    space, thousands always grouped), 2,5 and 25 %. Reports, JSON and the
+    CLI keep Python's own format."""
+    if current() != "fr":
+        return format(value, spec)
+    found = _SPEC.match(spec)
+    if found and not found["group"]:
+        spec = found["head"] + "," + found["tail"]  # French groups every count
+    return marks(format(value, spec))
+
+
+def marks(text: str) -> str:
+    """A number written as Python writes it (112,480, 2.5, 25%) with the
+    edition's marks: French 112 480, 2,5 and 25 %."""
     if current() != "fr":
         return text
-    return text.replace(",", typography.NNBSP).replace(".", ",")
+    text = text.replace(",", typography.NNBSP).replace(".", ",")
+    return text.replace("%", typography.NBSP + "%")
+
+
+def decimal(value: float, places: int = 4) -> str:
+    """A float the learner reads, to ``places`` decimals, as the edition
+    writes it: 2.5000 in English, 2,5000 in French; never -0.0000."""
+    spec = f".{places}f"
+    if float(format(value, spec)) == 0:
+        value = 0.0  # -1e-12 would print -0.0000
+    return number(value, spec)

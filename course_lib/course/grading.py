@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from course_lib.core import paths
-from course_lib.course.edition import tr
+from course_lib.course import typography
+from course_lib.course.edition import catalog, current, tr
 
 
 class UnknownQuestion(KeyError):
@@ -83,11 +86,55 @@ def _not_yet(hint: str) -> Verdict:
     return Verdict(False, tr("not yet: {hint}").format(hint=hint))
 
 
+def _folded(text: str) -> str:
+    """What of an option's text matters when a learner types it: not its
+    case, accents, kind of space nor French typography (2 × 3, ' ;')."""
+    text = unicodedata.normalize("NFKD", text.replace("×", "x").replace("…", "..."))
+    text = " ".join("".join(c for c in text if not unicodedata.combining(c)).split())
+    return re.sub(r" (?=[;:?!])", "", text.casefold())
+
+
+def aliases(options: Iterable[str]) -> dict[str, str]:
+    """Every text that names an option, folded (``_folded``) -> the option:
+    the option itself and, in an edition other than English, its catalog
+    text, so that French « oui » and English "yes" both answer "yes"."""
+    texts = catalog(current())
+    found: dict[str, str] = {}
+    for option in options:
+        for text in (option, texts.get(option, option)):
+            found.setdefault(_folded(text), option)
+    return found
+
+
+def neutral(option: str) -> bool:
+    """Whether ``option`` reads the same in every edition, so that the
+    catalog holds no entry for it: a name from the code (a check, a recipe,
+    a step function, an ablation: ``model_only``) or a formula of symbols
+    (``1 / N_r``). Every other option has its catalog entry."""
+    from course_lib.steps.recipes import RECIPES
+
+    names = {*check_names(), *RECIPES}
+    words = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", option)
+    return all(len(w) == 1 or "_" in w or w in names for w in words)
+
+
+def listed(options: Iterable[str]) -> str:
+    """The options as the edition shows them, for a prompt or a hint: apart
+    by commas, or by semicolons once an option holds a comma (French 0,5)."""
+    shown = [tr(o) for o in options]
+    if not any("," in o for o in shown):
+        return ", ".join(shown)
+    return (typography.NNBSP + "; " if current() == "fr" else "; ").join(shown)
+
+
 def grade(q: Question, given) -> Verdict:
     """Grade one answer. A wrong answer's message never contains "correct"
-    nor the expected value."""
+    nor the expected value. An option may be given in the edition's words
+    or in English (``aliases``)."""
     if q.kind == "number":
         if isinstance(given, str):
+            if current() == "fr":  # 2,5 and 112 480, as French writes them
+                given = "".join(given.split()).replace(",", ".")
             try:
                 given = float(given)
             except ValueError:
@@ -97,22 +144,24 @@ def grade(q: Question, given) -> Verdict:
             return _not_yet(tr("answer with a finite number"))
         ok = math.isclose(given, q.expected(), rel_tol=q.rel_tol, abs_tol=q.abs_tol)
         return Verdict(True, tr(RIGHT)) if ok else _not_yet(tr(q.hint))
-    options = {o.lower(): o for o in q.choices()}
+    options = aliases(q.choices())
     if q.kind == "choice":
-        if not isinstance(given, str) or given.strip().lower() not in options:
+        chosen = options.get(_folded(given)) if isinstance(given, str) else None
+        if chosen is None:
             return _not_yet(tr("choose one of: {options}").format(
-                options=", ".join(q.choices())))
-        ok = given.strip().lower() == q.expected().lower()
+                options=listed(q.choices())))
+        ok = chosen == options.get(_folded(q.expected()))
         return Verdict(True, tr(RIGHT)) if ok else _not_yet(tr(q.hint))
     if q.kind == "choices":
         if isinstance(given, str) or not isinstance(given, Iterable):
             return _not_yet(tr("give a list of options, e.g. ['a', 'b']"))
-        picked = {str(x).strip().lower() for x in given}
-        unknown = sorted(picked - set(options))
+        given = [str(x) for x in given]  # a generator is read twice below
+        unknown = sorted({x.strip().lower() for x in given if _folded(x) not in options})
         if unknown:
             return _not_yet(tr("{option} is not an option; choose among: {options}").format(
-                option=repr(unknown[0]), options=", ".join(q.choices())))
-        if picked == {x.lower() for x in q.expected()}:
+                option=repr(unknown[0]), options=listed(q.choices())))
+        picked = {options[_folded(x)] for x in given}
+        if picked == {options.get(_folded(x)) for x in q.expected()}:
             return Verdict(True, tr(RIGHT))
         return _not_yet(tr(q.hint))
     raise ValueError(f"unknown question kind {q.kind!r}")

@@ -1,7 +1,9 @@
 """Figures built from corpora, plans and reports. Each function returns a Figure.
 
 Figures are plain ``matplotlib.figure.Figure`` objects (not pyplot-managed),
-so a notebook shows each one exactly once, as the cell's value.
+so a notebook shows each one exactly once, as the cell's value. Every title,
+label and legend goes through the catalog (``tr``), its numbers through
+``number`` and ``decimal``: the French edition draws French figures.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from course_lib.core.data import Corpus
-from course_lib.course.style import COLORS, LABELS, rank_color
+from course_lib.course.edition import decimal, number, tr
+from course_lib.course.style import COLORS, LABELS, in_edition, rank_color
 from course_lib.reports.numbers import TINY, err_bound
 
 if TYPE_CHECKING:
@@ -28,6 +31,11 @@ if TYPE_CHECKING:
 
 WIDTH = 9.0  # inches: fills a notebook column
 ZERO_AT = 1e-12  # log axes cannot show 0: exact zeros are drawn here, and labelled
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage, two significant digits: 0.096%, 50%."""
+    return tr("{value}%").format(value=number(100 * share, ".2g"))
 
 
 def _figure(ncols: int = 1, height: float = 3.4) -> tuple[Figure, list]:
@@ -54,16 +62,18 @@ def length_histograms(corpus: Corpus, bands: list[tuple[int, int]],
         widths.update(round(b - a) for a, b in bins)
         heights = [sum(a < n < b for n in mine) / (b - a) for a, b in bins]
         ax.stairs(heights, edges, fill=True, color=rank_color(rank), alpha=0.85,
-                  label=f"rank {rank}: {lo}-{hi} tokens ({len(mine)} seqs)")
-    ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("sequences per length")
+                  label=tr("rank {rank}: {lo}-{hi} tokens ({n} seqs)").format(
+                      rank=rank, lo=lo, hi=hi, n=number(len(mine))))
+    ax.set_xlabel(tr("sequence length (tokens)"))
+    ax.set_ylabel(tr("sequences per length"))
     narrow, wide = min(widths), max(widths)
     width = f"{narrow}" if narrow == wide else f"{narrow}-{wide}"
-    ax.set_title(f"{split} split: one length band per rank"
-                 f" (bins of {width} lengths)")
+    ax.set_title(tr("{split} split: one length band per rank (bins of {width} lengths)")
+                 .format(split={"train": tr("train"), "test": tr("test")}.get(split, split),
+                         width=width))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
     ax.legend(frameon=False, loc="upper center", ncols=2)
-    return fig
+    return in_edition(fig)
 
 
 def label_mask(labels, rank: int = 0) -> Figure:
@@ -78,39 +88,47 @@ def label_mask(labels, rank: int = 0) -> Figure:
     fig, (ax,) = _figure(height=2.6)
     ax.imshow(mask, cmap=ListedColormap(["#d9d9d9", rank_color(rank)]),
               vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xlabel(f"label position (0-{cols - 1})")
-    ax.set_ylabel("sequence (row)")
+    ax.set_xlabel(tr("label position (0-{last})").format(last=cols - 1))
+    ax.set_ylabel(tr("sequence (row)"))
     ax.set_yticks(range(rows))
     tokens = int(mask.sum())
-    ax.set_title(f"{rows} x {cols} label cells: {tokens} supervised tokens (colour),"
-                 f" {rows * cols - tokens} padding (grey)")
-    return fig
+    ax.set_title(tr("{rows} x {cols} label cells: {tokens} supervised tokens (colour), "
+                    "{padding} padding (grey)").format(
+                        rows=rows, cols=cols, tokens=number(tokens),
+                        padding=number(rows * cols - tokens)))
+    return in_edition(fig)
 
 
 def plan_tokens(plan: list, corpus: Corpus) -> Figure:
     """Supervised tokens per rank in every window of the plan (top), and the
     last rank's tokens over rank 0's, window by window (bottom)."""
     fig = Figure(figsize=(WIDTH, 4.2), layout="constrained")
-    ax, ax_ratio = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    ax, ax_ratio = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1.3])
     world = len(plan[0])
     steps = range(len(plan))  # plan[0] is step 0, as in the chapter
     per_rank = [[sum(len(corpus.sequences[i]) - 1 for micro in window[rank]
                      for i in micro) for window in plan] for rank in range(world)]
     for rank, tokens in enumerate(per_rank):
-        ax.plot(steps, tokens, color=rank_color(rank), label=f"rank {rank}")
-    ax.set_ylabel("supervised tokens\nin the window")
+        ax.plot(steps, tokens, color=rank_color(rank),
+                label=tr("rank {rank}").format(rank=rank))
+    ax.set_ylabel(tr("supervised tokens\nin the window"))
     ax.set_ylim(bottom=0)
-    ax.set_title("Same number of sequences per rank, not the same number of tokens")
+    ax.set_title(tr("Same number of sequences per rank, not the same number of tokens"))
     ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
     last = world - 1
     ratios = [n / n0 for n, n0 in zip(per_rank[last], per_rank[0], strict=True)]
     ax_ratio.plot(steps, ratios, color="0.3", lw=1, label=f"N_{last} / N_0")
-    ax_ratio.axhline(2, color=COLORS["reference"], ls="--", lw=1, label="2x")
-    ax_ratio.set_ylim(0, max(ratios) * 1.15)
+    ax_ratio.axhline(2, color=COLORS["reference"], ls="--", lw=1, label=tr("2x"))
+    closest = min(steps, key=lambda s: ratios[s])
+    ax_ratio.plot([closest], [ratios[closest]], "o", color="0.3", ms=5,
+                  label=tr("closest window"))
+    # the axis spans the ratios and the 2x line, not 0: the wobble shows
+    lo, hi = min(min(ratios), 2), max(ratios)
+    ax_ratio.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
     ax_ratio.set_ylabel(f"N_{last} / N_0")
-    ax_ratio.set_xlabel("step (one window, one optimizer update)")
+    ax_ratio.set_xlabel(tr("step (one window, one optimizer update)"))
     ax_ratio.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
-    return fig
+    return in_edition(fig)
 
 
 def _modes(report: ParityReport) -> list[str]:
@@ -126,15 +144,17 @@ def parity_scatter(report: ParityReport) -> Figure:
     lo, hi = min(ref), max(ref)
     for ax, mode in zip(axes, modes, strict=True):
         ax.plot([lo, hi], [lo, hi], color=COLORS["reference"], lw=1, label="y = x")
-        ax.scatter(ref, sample.of(mode), s=4, color=COLORS[mode], label=LABELS[mode])
+        ax.scatter(ref, sample.of(mode), s=4, color=COLORS[mode], label=tr(LABELS[mode]))
         r = report.modes[mode]
-        verdict = "allclose" if r.allclose else f"{r.violations:,} violations"
-        ax.set_title(f"{LABELS[mode]}: {verdict}")
-        ax.set_xlabel("reference gradient component")
-        ax.set_ylabel("DDP gradient component")
+        verdict = "allclose" if r.allclose else tr("{n} violations").format(
+            n=number(r.violations))
+        ax.set_title(f"{tr(LABELS[mode])}: {verdict}")
+        ax.set_xlabel(tr("reference gradient component"))
+        ax.set_ylabel(tr("DDP gradient component"))
         ax.legend(frameon=False, loc="upper left")
-    fig.suptitle(f"{len(ref):,} of {report.compared_values:,} components shown")
-    return fig
+    fig.suptitle(tr("{shown} of {values} components shown").format(
+        shown=number(len(ref)), values=number(report.compared_values)))
+    return in_edition(fig)
 
 
 def parity_envelope(report: ParityReport) -> Figure:
@@ -145,22 +165,24 @@ def parity_envelope(report: ParityReport) -> Figure:
     for mode in _modes(report):
         err = [abs(a - b) for a, b in zip(sample.of(mode), sample.reference, strict=True)]
         exact = sum(e == 0 for e in err)
-        label = LABELS[mode] + (f" ({exact} of {len(err):,} exactly 0, drawn at "
-                                f"{ZERO_AT:g})"
-                                if exact else "")
+        label = tr(LABELS[mode]) + (tr(" ({exact} of {n} exactly 0, drawn at {at})").format(
+            exact=number(exact), n=number(len(err)), at=number(ZERO_AT, "g"))
+            if exact else "")
         ax.scatter(ref, [max(e, ZERO_AT) for e in err], s=4, color=COLORS[mode],
                    label=label)
     xs = sorted(x for x in ref if x > 0)
     ax.plot(xs, [report.atol + report.rtol * x for x in xs], color=COLORS["tolerance"],
-            lw=2.5, label=f"atol + rtol·|ref| ({report.atol:g} + {report.rtol:g}·|ref|)")
+            lw=2.5, label=f"atol + rtol·|ref| ({number(report.atol, 'g')} + "
+                          f"{number(report.rtol, 'g')}·|ref|)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("|reference component|")
-    ax.set_ylabel("|DDP - reference|")
-    ax.set_title(f"{len(ref):,} of {report.compared_values:,} components sampled:\n"
-                 "a component passes when its point lies under the envelope")
+    ax.set_xlabel(tr("|reference component|"))
+    ax.set_ylabel(tr("|DDP - reference|"))
+    ax.set_title(tr("{shown} of {values} components sampled:\n"
+                    "a component passes when its point lies under the envelope").format(
+                        shown=number(len(ref)), values=number(report.compared_values)))
     ax.legend(frameon=False, loc="upper left")
-    return fig
+    return in_edition(fig)
 
 
 ABLATION_COLORS = ["#2166ac", "#e08214", "#8073ac", "#35978f"]
@@ -186,16 +208,17 @@ def ablation_drift(report: ResumeReport) -> Figure:
         ax.set_yscale("log")
         ax.set_ylim(min(shown) / 1.5, max(shown) * 1.5)
     if report.identical:
-        ax.text(0.99, 0.03, f"full resume: exactly 0 at step {report.step}",
+        ax.text(0.99, 0.03, tr("full resume: exactly 0 at step {step}").format(
+                    step=report.step),
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=9)
-    ax.set_xlabel("update")
-    ax.set_ylabel("max |param diff| vs continuous run")
-    ax.set_title(f"After the resume at step {report.resumed_from_step}: "
-                 "each missing piece, update by update")
+    ax.set_xlabel(tr("update"))
+    ax.set_ylabel(tr("max |param diff| vs continuous run"))
+    ax.set_title(tr("After the resume at step {step}: each missing piece, update by update")
+                 .format(step=report.resumed_from_step))
     # the lines rise from the left: the lower right stays free for the legend
     ax.legend(frameon=False, fontsize=8, loc="lower right", ncols=2,
               bbox_to_anchor=(1.0, 0.1))
-    return fig
+    return in_edition(fig)
 
 
 def evaluation(report: EvaluationReport, vocab: int | None = None,
@@ -210,79 +233,85 @@ def evaluation(report: EvaluationReport, vocab: int | None = None,
     u = report.untrained
     greys = ["#bdbdbd", "#4d4d4d"]  # untrained, trained
     losses = [u.loss_per_token, report.loss_per_token]
-    left.bar(["untrained", "trained"], losses, color=greys)
+    left.bar([tr("untrained"), tr("trained")], losses, color=greys)
     if se:
         left.errorbar([1], [report.loss_per_token], yerr=[se], color="black",
                       capsize=6, lw=1.2)
     for x, value in enumerate(losses):  # the untrained's above its bar,
         # clear of the floor's line
-        text = f"{value:.4f}" + (f" ± {se:.4f}" if se and x == 1 else "")
+        text = decimal(value) + (f" ± {decimal(se)}" if se and x == 1 else "")
         left.text(x, value + 0.05 if x == 0 else value / 2, text, ha="center",
                   va="bottom" if x == 0 else "center", fontsize=9,
                   color="black" if x == 0 else "white")
     left.axhline(report.entropy_floor, color=COLORS["floor"], ls="--",
-                 label=f"entropy floor {report.entropy_floor:.3f}")
+                 label=tr("entropy floor {value}").format(
+                     value=decimal(report.entropy_floor, 3)))
     if vocab:
         left.axhline(math.log(vocab), color="#666666", ls=":", lw=1.5,
-                     label=f"uniform guess ln {vocab} = {math.log(vocab):.3f}")
+                     label=tr("uniform guess ln {vocab} = {value}").format(
+                         vocab=vocab, value=decimal(math.log(vocab), 3)))
         left.set_ylim(0, max(u.loss_per_token, math.log(vocab)) * 1.3)  # room for the legend
-    left.set_ylabel("test loss per token (nats)")
+    left.set_ylabel(tr("test loss per token (nats)"))
     left.legend(frameon=False, loc="upper right")
     accuracies = [100 * u.token_accuracy, 100 * report.token_accuracy]
-    right.bar(["untrained", "trained"], accuracies, color=greys)
+    right.bar([tr("untrained"), tr("trained")], accuracies, color=greys)
     for x, value in enumerate(accuracies):  # the untrained bar is too short to hold it
-        right.text(x, value + 0.8 if x == 0 else value / 2, f"{value:.2f}%",
+        right.text(x, value + 0.8 if x == 0 else value / 2, number(value / 100, ".2%"),
                    ha="center", va="bottom" if x == 0 else "center", fontsize=9,
                    color="black" if x == 0 else "white")
     ceiling = getattr(report, "bayes_accuracy", None) or report.extra.get("bayes_accuracy")
     if ceiling:
         right.axhline(100 * ceiling, color=COLORS["floor"], ls="--",
-                      label=f"best possible {100 * ceiling:.2f}%")
+                      label=tr("best possible {value}").format(
+                          value=number(ceiling, ".2%")))
         right.set_ylim(0, 100 * ceiling * 1.25)  # room for the legend
         right.legend(frameon=False, loc="upper left")
-    right.set_ylabel("token accuracy (%)")
-    fig.suptitle(f"{report.test_sequences} test sequences, {report.test_tokens:,} tokens")
-    return fig
+    right.set_ylabel(tr("token accuracy (%)"))
+    fig.suptitle(tr("{sequences} test sequences, {tokens} tokens").format(
+        sequences=number(report.test_sequences, "d"), tokens=number(report.test_tokens)))
+    return in_edition(fig)
 
 
 def exercise(report: ExerciseReport) -> Figure:
     """Per scenario, the mean of means against the token mean, both as a
     share: its loss gap over the loss, and its gradient error's norm over the
-    gradient's norm (the largest component error labels the bar). The loss
-    moves by a fraction of a percent where the gradient moves by half."""
+    gradient's norm. The loss moves by a fraction of a percent where the
+    gradient moves by half. A share under 1e-6 is rounding: a hollow marker."""
     fig, (ax,) = _figure(height=3.6)
     floor = 1e-6  # a share under it is rounding: drawn at the floor, labelled
     names = [sc.name + " " + "/".join(map(str, sc.tokens)) for sc in report.scenarios]
     loss = [abs(sc.model.mean_of_means - sc.model.global_mean) / sc.model.global_mean
             for sc in report.scenarios]
     grad = [sc.gradients.relative_err["mean_of_means"] for sc in report.scenarios]
+    top = max(1.0, max(grad + loss))  # a share: the axis ends at 1
     for offset, shares, label, color, hatch in (
-            (-0.2, loss, "loss: |mean of means - global| / global",
+            (-0.2, loss, tr("loss: |mean of means - global| / global"),
              "white", "///"),
-            (0.2, grad, "gradient: ||g_mom - g_ref|| / ||g_ref||",
+            (0.2, grad, tr("gradient: ||g_mom - g_ref|| / ||g_ref||"),
              COLORS["mean_of_means"], None)):
-        ax.bar([i + offset for i in range(len(names))],
-               [max(v, floor) for v in shares], width=0.4, color=color,
+        xs = [i + offset for i in range(len(names))]
+        ax.bar([x for x, v in zip(xs, shares, strict=True) if v >= floor],
+               [v for v in shares if v >= floor], width=0.4, color=color,
                edgecolor=COLORS["mean_of_means"], hatch=hatch, label=label)
-        for i, v in enumerate(shares):
-            text = "< 1e-6" if v < floor else f"{100 * v:.2g}%"
-            ax.text(i + offset, max(v, floor) * 1.6, text, ha="center",
-                    va="bottom", fontsize=8)
-    for i, sc in enumerate(report.scenarios):  # the absolute error, secondary
-        err = sc.gradients.mean_of_means.max_abs_err
-        if err is not None and err >= TINY:
-            ax.text(i + 0.2, max(grad[i], floor) * 12,
-                    f"max |err| {err_bound(err).removeprefix('= ')}",
-                    ha="center", va="bottom", fontsize=7, color="0.35")
+        for x, v in zip(xs, shares, strict=True):
+            if v < floor:  # rounding, not a value: no bar
+                ax.plot([x], [floor], "o", ms=7, mfc="white",
+                        mec=COLORS["mean_of_means"])
+            text = "< 1e-6" if v < floor else _percent(v)
+            inside = v * 3 > top  # no room above: the label goes in the bar
+            ax.text(x, v / 1.6 if inside else max(v, floor) * 1.6, text, ha="center",
+                    va="top" if inside else "bottom", fontsize=8,
+                    color="white" if inside else "black")
     ax.set_yscale("log")
-    ax.set_ylim(floor / 3, 300)  # room for the labels and the legend
+    ax.set_ylim(floor / 3, top)
     ax.set_xticks(range(len(names)), names)
-    ax.set_ylabel("difference / token mean's (log)")
+    ax.set_ylabel(tr("difference / token mean's (log)"))
     worst = max(range(len(names)), key=lambda i: grad[i])
-    ax.set_title(f"mean of means, {names[worst]}: loss {100 * loss[worst]:.2g}% off, "
-                 f"gradient {100 * grad[worst]:.2g}% off", fontsize=10)
+    ax.set_title(tr("mean of means, {scenario}: loss {loss} off, gradient {grad} off").format(
+        scenario=names[worst], loss=_percent(loss[worst]), grad=_percent(grad[worst])),
+        fontsize=10)
     ax.legend(frameon=False, fontsize=8, loc="upper left")
-    return fig
+    return in_edition(fig)
 
 
 def optimizer_paths(paths: dict, height) -> Figure:
@@ -300,8 +329,8 @@ def optimizer_paths(paths: dict, height) -> Figure:
                              for pair in paths.values() for p in pair])
     lo, hi = points.min(axis=0) - 0.3, points.max(axis=0) + 0.3
     grid = np.meshgrid(np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120))
-    styles = {"right": ("-", COLORS["global_token"], "right gradient"),
-              "trapped": ("--", COLORS["mean_of_means"], "trapped (x 0.5)")}
+    styles = {"right": ("-", COLORS["global_token"], tr("right gradient")),
+              "trapped": ("--", COLORS["mean_of_means"], tr("trapped (x 0.5)"))}
     gap = axes["gap"]
     for i, (name, (right, trapped)) in enumerate(paths.items()):
         ax = axes[name]
@@ -315,20 +344,23 @@ def optimizer_paths(paths: dict, height) -> Figure:
         ax.set_title(name, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
+        ax.set_xlabel(tr("w[0]"), fontsize=8)
+        ax.set_ylabel(tr("w[1]") if i == 0 else "", fontsize=8)
         apart = np.linalg.norm(np.asarray(right, dtype=float)
                                - np.asarray(trapped, dtype=float), axis=1)[1:]
-        gap.plot(range(1, len(apart) + 1), apart, lw=1.4, color=rank_color(i),
+        # greys, told apart by their dashes: green and magenta mean right and trapped
+        gap.plot(range(1, len(apart) + 1), apart, lw=1.5, color=["0.1", "0.5"][i % 2],
                  ls=["-", "--", "-.", ":"][i % 4], label=name)
-    axes[names[0]].plot([], [], "k^", ms=5, label="start")
+    axes[names[0]].plot([], [], "k^", ms=5, label=tr("start"))
     fig.legend(*axes[names[0]].get_legend_handles_labels(), frameon=False,
                fontsize=8, ncols=3, loc="outside upper center")
     gap.set_yscale("log")
-    gap.set_xlabel("update")
-    gap.set_ylabel("|w right - w trapped|")
-    gap.set_title("how far apart the two runs are, update after update",
+    gap.set_xlabel(tr("update"))
+    gap.set_ylabel(tr("|w right - w trapped|"))
+    gap.set_title(tr("how far apart the two runs are, update after update"),
                   fontsize=9)
     gap.legend(frameon=False, fontsize=8, ncols=len(names), loc="lower right")
-    return fig
+    return in_edition(fig)
 
 
 def check_grid(ax, report: BugsReport, steps: list[str], labels: list[str],
@@ -366,14 +398,17 @@ def bug_matrix(report: BugsReport, steps: list[str] | None = None) -> Figure:
     def text(row, check, passed):
         err = row.max_abs_err.get(check)
         if err is None and not passed and check == "uneven_microbatches":
-            return "hang"  # the step never finished: no gradient to measure
-        return ("pass" if passed else "FAIL") if err is None else _short(err)
+            return tr("hang")  # the step never finished: no gradient to measure
+        return (tr("pass") if passed else tr("FAIL")) if err is None else _short(err)
 
-    check_grid(ax, report, names, [f"{n} ({report.steps[n].kind})" for n in names], text)
-    ax.set_xlabel("green: passes, magenta: fails; cells show max |err| "
-                  "(exactly 0 is written 0); hang: the step never finished",
+    kinds = {"correct": tr("correct"), "bug": tr("bug")}
+    check_grid(ax, report, names,
+               [f"{n} ({kinds.get(report.steps[n].kind, report.steps[n].kind)})"
+                for n in names], text)
+    ax.set_xlabel(tr("green: passes, magenta: fails; cells show max |err| "
+                     "(exactly 0 is written 0); hang: the step never finished"),
                   fontsize=8)
-    return fig
+    return in_edition(fig)
 
 
 # The uneven-ranks timeline: when each step function syncs. "last": once, on
@@ -403,7 +438,8 @@ def uneven_timeline(microbatches: list[int], steps: list[str]) -> Figure:
             else None
         for r, m in enumerate(microbatches):
             y = ranks - 1 - r
-            ax.text(-0.3, y, f"rank {r}", ha="right", va="center", fontsize=8,
+            ax.text(-0.3, y, tr("rank {rank}").format(rank=r), ha="right", va="center",
+                    fontsize=8,
                     color=rank_color(r), fontweight="bold")
             counts = [-0.1, 0.1] if how == "pad" else [0.05]  # pad: max count, then N
             ax.plot(counts, [y] * len(counts), "s", color="black", ms=5, ls="none")
@@ -415,7 +451,8 @@ def uneven_timeline(microbatches: list[int], steps: list[str]) -> Figure:
                                        facecolor=rank_color(r) if mine else "white",
                                        edgecolor=rank_color(r), alpha=0.85,
                                        linestyle="-" if mine else "--"))
-                label = f"mb {k}" if mine else "empty" if how == "pad" else "Join: 0s"
+                label = tr("mb {k}").format(k=k) if mine else tr("empty") if how == "pad" \
+                    else tr("Join: zeros")
                 ax.text(k - 0.55, y, label, ha="center", va="center", fontsize=7,
                         color="white" if mine else rank_color(r))
                 if how in ("every", "join") or k == last:
@@ -424,16 +461,16 @@ def uneven_timeline(microbatches: list[int], steps: list[str]) -> Figure:
             if how == "last" and m < longest:  # its one sync waits for the others'
                 ax.add_patch(Rectangle((m, y - 0.12), longest - m - 0.15, 0.24,
                                        facecolor=wait, edgecolor="none"))
-                ax.text((m + longest) / 2, y, "waits in its sync for the other rank's",
+                ax.text((m + longest) / 2, y, tr("waits in its sync for the other rank's"),
                         ha="center", va="center", fontsize=7)
             if hang is not None and m >= hang:
                 ax.add_patch(Rectangle((hang, y - 0.12), longest - hang + 0.4, 0.24,
                                        facecolor=fail, edgecolor="none", alpha=0.35))
                 ax.text(hang + (longest - hang + 0.4) / 2, y,
-                        "waits for ever: no other rank makes this sync",
+                        tr("waits for ever: no other rank makes this sync"),
                         ha="center", va="center", fontsize=7)
             elif hang is not None:
-                ax.text(m + 0.1, y, "out of microbatches: leaves the window",
+                ax.text(m + 0.1, y, tr("out of microbatches: leaves the window"),
                         ha="left", va="center", fontsize=7, color=rank_color(r))
         # the calls that pair: the same collective on every rank
         syncs = [longest - 0.1] if how in ("last", "pad") else \
@@ -446,11 +483,11 @@ def uneven_timeline(microbatches: list[int], steps: list[str]) -> Figure:
         ax.set_title(step, fontsize=9, loc="left")
     axes[-1].annotate("", xy=(longest + 0.5, -0.55), xytext=(-0.2, -0.55),
                       arrowprops={"arrowstyle": "-|>", "color": "0.5", "lw": 0.8})
-    axes[-1].text(longest + 0.5, -0.5, "time", ha="right", va="bottom", fontsize=7,
+    axes[-1].text(longest + 0.5, -0.5, tr("time"), ha="right", va="bottom", fontsize=7,
                   color="0.4")
-    fig.suptitle("square: the count's all_reduce; diamond: a gradient sync; "
-                 "dotted: calls that pair across the ranks", fontsize=8)
-    return fig
+    fig.suptitle(tr("square: the count's all_reduce; diamond: a gradient sync; "
+                    "dotted: calls that pair across the ranks"), fontsize=8)
+    return in_edition(fig)
 
 
 def _short(err: float) -> str:
@@ -475,10 +512,10 @@ def framework_matrix(matrix: Matrix) -> Figure:
 
     def text(cell: MatrixRow | None) -> str:
         if cell is None or cell.verdict == Verdict.NOT_RUN or cell.relative_error is None:
-            return str(Verdict.NOT_RUN)
-        seen = str(Verdict.RANKS_DISAGREE) if cell.verdict == Verdict.RANKS_DISAGREE \
+            return tr(str(Verdict.NOT_RUN))
+        seen = Verdict.RANKS_DISAGREE if cell.verdict == Verdict.RANKS_DISAGREE \
             else (cell.matches or "?")
-        return f"{seen}  ({cell.relative_error:.0e})"
+        return f"{tr(str(seen))}  ({cell.relative_error:.0e})"
 
     def version_key(version: str) -> tuple:
         try:
@@ -495,7 +532,7 @@ def framework_matrix(matrix: Matrix) -> Figure:
     # (framework, version) -> flags -> model -> row, in the file's order of flags
     found: dict[tuple[str, str], dict[str, dict[str, MatrixRow]]] = {}
     for r in matrix.rows:
-        flags = ", ".join(f"{k.replace('average_tokens_across_devices', 'avg tokens')}="
+        flags = ", ".join(f"{k.replace('average_tokens_across_devices', tr('avg tokens'))}="
                           f"{v}" for k, v in r.flags.items())
         found.setdefault((r.framework, r.version or "?"), {}).setdefault(flags, {})[r.model] = r
     # Sorted by framework, then version; consecutive versions of a framework
@@ -504,7 +541,7 @@ def framework_matrix(matrix: Matrix) -> Figure:
     for framework, version in sorted(found, key=lambda k: (frameworks.index(k[0]),
                                                            version_key(k[1]))):
         rows = {f: cells for f, cells in found[(framework, version)].items()
-                if any(text(c) != str(Verdict.NOT_RUN) for c in cells.values())}
+                if any(text(c) != tr(str(Verdict.NOT_RUN)) for c in cells.values())}
         if not rows:
             continue
         if groups and groups[-1][0] == framework and read(rows) == read(groups[-1][2]):
@@ -525,7 +562,7 @@ def framework_matrix(matrix: Matrix) -> Figure:
             cell = cells.get(model)
             if cell is None or cell.verdict == Verdict.NOT_RUN or cell.relative_error is None:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="#dddddd"))
-                ax.text(j, i, str(Verdict.NOT_RUN), ha="center", va="center", fontsize=7)
+                ax.text(j, i, tr(str(Verdict.NOT_RUN)), ha="center", va="center", fontsize=7)
                 continue
             err = math.log10(max(cell.relative_error, 1e-9))
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(norm(err))))
@@ -537,11 +574,11 @@ def framework_matrix(matrix: Matrix) -> Figure:
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.xaxis.tick_top()
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax,
-                 label="log10 relative error vs the token mean")
-    ax.set_title(f"The real loops, version by version ({matrix.date}, torch {matrix.torch}):"
-                 " the formula each gradient matches\n(consecutive versions that read the"
-                 " same share a row)", fontsize=9)
-    return fig
+                 label=tr("log10 relative error vs the token mean"))
+    ax.set_title(tr("The real loops, version by version ({date}, torch {torch}): the formula "
+                    "each gradient matches\n(consecutive versions that read the same share "
+                    "a row)").format(date=matrix.date, torch=matrix.torch), fontsize=9)
+    return in_edition(fig)
 
 
 def unit_weights(lengths: list[int], weights: dict[str, list[float]],
@@ -569,12 +606,12 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("supervised tokens in the sequence")
-    ax.set_ylabel("weight of each of its tokens x N")
-    ax.set_title(title
-                 or "Per-sequence normalization gives short sequences' tokens more weight")
+    ax.set_xlabel(tr("supervised tokens in the sequence"))
+    ax.set_ylabel(tr("weight of each of its tokens x N"))
+    ax.set_title(tr(title) if title else tr("Per-sequence normalization gives short "
+                                            "sequences' tokens more weight"))
     fig.legend(frameon=False, loc="outside lower center", ncols=len(weights), fontsize=8)
-    return fig
+    return in_edition(fig)
 
 
 def count_ratios(ratios: list[float]) -> Figure:
@@ -583,13 +620,14 @@ def count_ratios(ratios: list[float]) -> Figure:
     fig, (ax,) = _figure(height=3.0)
     windows = range(1, len(ratios) + 1)
     ax.plot(windows, ratios, marker="o", ms=3, lw=0.8, color=COLORS["mean_of_means"],
-            label="N / N', N' the next-token positions")
-    ax.axhline(1.0, color=COLORS["global_token"], lw=1.2, label="N / N, the right count")
-    ax.set_xlabel("window of the run")
-    ax.set_ylabel("the update's factor")
-    ax.set_title("A count with the masked prompts scales each window by its own factor")
+            label=tr("N / N', N' the next-token positions"))
+    ax.axhline(1.0, color=COLORS["global_token"], lw=1.2,
+               label=tr("N / N, the right count"))
+    ax.set_xlabel(tr("window of the run"))
+    ax.set_ylabel(tr("the update's factor"))
+    ax.set_title(tr("A count with the masked prompts scales each window by its own factor"))
     fig.legend(frameon=False, loc="outside lower center", ncols=2, fontsize=8)
-    return fig
+    return in_edition(fig)
 
 
 def ddp_step() -> Figure:
@@ -620,22 +658,24 @@ def ddp_step() -> Figure:
     ready = [back + seg * k + bw for k in range(3)]  # bucket k is ready here
     for rank, y in rows.items():
         color = rank_color(rank)
-        ax.text(0.1, y + h + 0.1, f"rank {rank}: a full replica", color=color,
-                fontsize=9, fontweight="bold")
-        box(0.1, y, 1.2, h, "its own share\nof the window", color)
+        ax.text(0.1, y + h + 0.1, tr("rank {rank}: a full replica").format(rank=rank),
+                color=color, fontsize=9, fontweight="bold")
+        box(0.1, y, 1.2, h, tr("its own share\nof the window"), color)
         arrow(1.35, y + h / 2, 1.55, y + h / 2)
-        box(1.6, y, 1.2, h, "forward:\nloss of its\ntokens", color)
+        box(1.6, y, 1.2, h, tr("forward:\nloss of its\ntokens"), color)
         arrow(2.85, y + h / 2, 3.0, y + h / 2)
-        labels = ["last layers", "middle layers", "first layers"]
+        labels = [tr("last layers"), tr("middle layers"), tr("first layers")]
         for k, label in enumerate(labels):
             box(back + seg * k, y, bw, h,
-                f"backward:\n{label}\n(bucket {k + 1})", color, size=8)
+                tr("backward:\n{layers}\n(bucket {k})").format(layers=label, k=k + 1),
+                color, size=8)
             if k:  # the backward goes on to the earlier layers
                 arrow(ready[k - 1] + 0.06, y + h / 2, back + seg * k - 0.06, y + h / 2)
-        box(8.35, y, 1.5, h, "opt.step():\nthe same step", color)
+        box(8.35, y, 1.5, h, tr("opt.step():\nthe same step"), color)
     mid, top = rows[1] + h + 0.4, rows[0] - 0.4  # the all_reduce band
     for k, x in enumerate(ready):
-        box(x + 0.05, mid, 1.05, top - mid, f"all_reduce\nbucket {k + 1}", grey,
+        box(x + 0.05, mid, 1.05, top - mid, tr("all_reduce\nbucket {k}").format(k=k + 1),
+            grey,
             fill="#f0f0f0", size=8)
         # from the bottom of the bucket's backward box to the all_reduce
         arrow(x - 0.25, rows[0] - 0.06, x + 0.1, top + 0.06)  # down from rank 0
@@ -643,15 +683,15 @@ def ddp_step() -> Figure:
     arrow(ready[-1] + 1.15, (mid + top) / 2, 8.3, rows[0] + h / 2)
     arrow(ready[-1] + 1.15, (mid + top) / 2, 8.3, rows[1] + h / 2)
     ax.text(0.1, (mid + top) / 2,
-            "all_reduce, bucket by bucket,\nas gradients become ready,\n"
-            "overlapping the backward:\nevery rank ends with\nthe same .grad",
+            tr("all_reduce, bucket by bucket,\nas gradients become ready,\n"
+               "overlapping the backward:\nevery rank ends with\nthe same .grad"),
             ha="left", va="center", fontsize=8.5, color="0.25")
-    ax.text(9.1, (mid + top) / 2, "the replicas\nstay equal", ha="center",
+    ax.text(9.1, (mid + top) / 2, tr("the replicas\nstay equal"), ha="center",
             va="center", fontsize=8.5, color=grey, style="italic")
     arrow(0.1, 0.12, 9.85, 0.12, color="0.55")
-    ax.text(9.85, 0.2, "time", ha="right", va="bottom", fontsize=8, color="0.45")
-    ax.set_title("One DDP step on two ranks (W = 2)")
-    return fig
+    ax.text(9.85, 0.2, tr("time"), ha="right", va="bottom", fontsize=8, color="0.45")
+    ax.set_title(tr("One DDP step on two ranks (W = 2)"))
+    return in_edition(fig)
 
 
 def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
@@ -661,25 +701,25 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
     mean is the line at 0; a dot on it is green, and each row's verdict, the
     formula it equals, is written on the right."""
     rows = [r for r in report.rows if r.model == model and "loss_type" not in r.mode]
-    parts = [("training", [r for r in rows if "train" in r.logged]),
-             ("evaluation", [r for r in rows if "train" not in r.logged])]
+    parts = [(tr("training"), [r for r in rows if "train" in r.logged]),
+             (tr("evaluation"), [r for r in rows if "train" not in r.logged])]
     names = {"hf": "HF Trainer", "accelerate": "accelerate", "lightning": "Lightning"}
 
     def label(r) -> str:
-        mode = (r.mode.replace("average_tokens_across_devices=True", "flag on")
-                .replace("average_tokens_across_devices=False", "flag off")
+        mode = (r.mode.replace("average_tokens_across_devices=True", tr("flag on"))
+                .replace("average_tokens_across_devices=False", tr("flag off"))
                 .replace(", sync_dist=True", "").replace("=True", "")
                 .replace("preprocess_logits_for_metrics + compute_metrics",
-                         "[sum, count] per row"))
+                         tr("[sum, count] per row")))
         what = r.logged.removeprefix("train loss").removeprefix("eval loss").lstrip(", ")
         text = ", ".join(x for x in (what, mode) if x)
         text = (text.replace("epoch, on_epoch", "on_epoch")
-                .replace("first step, on_step", "on_step, first step")
+                .replace("first step, on_step", tr("on_step, first step"))
                 .replace("MeanMetric.update(loss, weight=<tokens>), on_epoch",
                          "MeanMetric(weight=<tokens>)")
                 .replace("epoch, MeanMetric", "on_epoch, MeanMetric"))
         return (f"{names.get(r.framework, r.framework)}: {text}"
-                + ("  (recipe)" if r.recipe else ""))
+                + (tr("  (recipe)") if r.recipe else ""))
 
     fig = Figure(figsize=(WIDTH, 0.32 * len(rows) + 1.7), layout="constrained")
     axes = fig.subplots(2, 1, sharex=True,
@@ -697,45 +737,73 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
         ax.set_ylim(len(found) - 0.5, -0.5)
         verdicts = ax.twinx()  # the right-hand labels: the formula each value equals
         verdicts.set_ylim(ax.get_ylim())
-        verdicts.set_yticks(range(len(found)), [r.verdict for r in found], fontsize=7.5)
+        verdicts.set_yticks(range(len(found)), [tr(r.verdict) for r in found], fontsize=7.5)
         for tick, r in zip(verdicts.get_yticklabels(), found, strict=True):
             tick.set_color(COLORS["global_token"] if r.verdict == "token mean"
                            else COLORS["mean_of_means"])
         ax.axvline(0, color=COLORS["global_token"], lw=1.5)
         ax.set_title(title, fontsize=9)
     axes[-1].set_xlim(-1.15 * reach, 1.15 * reach)
-    axes[-1].set_xlabel("logged value vs the token mean of what it logs (%): the green line;"
-                        " on the right, the formula the value equals")
-    return fig
+    axes[-1].set_xlabel(tr("logged value vs the token mean of what it logs (%): the green "
+                           "line; on the right, the formula the value equals"))
+    return in_edition(fig)
 
 
 def token_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> Figure:
     """08: a token's weight in the gradient, times N (the token mean's is 1),
-    against the count n of the microbatch that holds it, on one window: one
-    line per weight formula, the recipes that share it named together."""
-    fig, (ax,) = _figure(height=3.8)
-    points = sorted((n, r, m) for r, rank in enumerate(info.microbatch_tokens)
-                    for m, n in enumerate(rank))
+    in each microbatch of one window, rank by rank. One panel per verdict
+    (exact, uniformly scaled, biased), one line per weight formula, the
+    recipes that share it named together."""
+    counts = [(r, m, n) for r, rank in enumerate(info.microbatch_tokens)
+              for m, n in enumerate(rank)]
     shared: dict[tuple, list[str]] = {}
     for name, w in weights.items():
-        shared.setdefault((w.formula, tuple(w.times_n[r][m] for _, r, m in points)),
-                          []).append(name)
-    styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (1, 1))]
-    for i, ((formula, ys), names) in enumerate(shared.items()):
-        xs = [n for n, _, _ in points]
-        exact = all(y == 1.0 for y in ys)
-        ax.plot(xs, ys, ls=styles[i % len(styles)], lw=1.6, marker="o", ms=4,
-                color=COLORS["global_token"] if exact else ABLATION_COLORS[i % 4],
-                label=f"{formula}: {', '.join(names)}")
-    for n, r, _ in points:
-        ax.text(n, 0.02, f"rank {r}", ha="center", va="bottom", fontsize=7,
-                color=rank_color(r), transform=ax.get_xaxis_transform())
-    ax.axhline(1.0, color=COLORS["tolerance"], lw=1, zorder=0)
-    ax.set_ylim(0, None)
-    ax.set_xlabel("n: supervised tokens in the token's microbatch")
-    ax.set_ylabel("a token's weight x N")
-    ax.set_title(f"{info.description}: what each recipe gives one token (N = "
-                 f"{info.global_tokens:,}, R = {info.first_label_rows})", fontsize=9)
-    ax.legend(frameon=False, fontsize=7.5, loc="upper right")
-    return fig
+        ys = tuple(w.times_n[r][m] for r, m, _ in counts)
+        shared.setdefault((w.formula, ys), []).append(name)
+
+    def kind(ys: tuple) -> str:
+        if all(abs(y - 1.0) < 1e-9 for y in ys):
+            return "exact"
+        return "scaled" if max(ys) - min(ys) < 1e-9 else "biased"
+
+    titles = {"exact": tr("exact: every token 1 / N"),
+              "scaled": tr("uniformly scaled: c / N, one c"),
+              "biased": tr("biased: it depends on the microbatch")}
+    panels = [k for k in titles if any(kind(ys) == k for _, ys in shared)]
+    fig, axes = _figure(len(panels), height=4.4)
+    top = 1.2 * max(max(ys) for _, ys in shared)
+    xs = range(len(counts))
+    markers = ["o", "s", "^", "D", "v"]
+    for ax, k in zip(axes, panels, strict=True):
+        for r in range(len(info.microbatch_tokens)):  # each rank's microbatches, shaded
+            at = [i for i, (rank, _, _) in enumerate(counts) if rank == r]
+            ax.axvspan(at[0] - 0.45, at[-1] + 0.45, color=rank_color(r), alpha=0.08, lw=0)
+            ax.text((at[0] + at[-1]) / 2, 0.97, tr("rank {rank}").format(rank=r),
+                    ha="center", va="top",
+                    fontsize=8, color=rank_color(r), transform=ax.get_xaxis_transform())
+        ax.axhline(1.0, color=COLORS["global_token"], lw=1.2, ls="--", zorder=1)
+        mine = [(key, names) for key, names in shared.items() if kind(key[1]) == k]
+        for i, ((formula, ys), names) in enumerate(mine):
+            color = COLORS["global_token"] if k == "exact" else ABLATION_COLORS[i % 4]
+            label = f"{formula}\n" + "\n".join(names)
+            ax.plot(xs, ys, lw=1.2, marker=markers[i % len(markers)], ms=7, color=color,
+                    label=label, zorder=2)
+            if k == "scaled":  # the one factor, beside its line
+                ax.annotate(f"c = {decimal(ys[0], 3)}", (xs[-1], ys[-1]), xytext=(0, -12),
+                            textcoords="offset points", ha="right", fontsize=7.5,
+                            color=color)
+        ax.set_xticks(list(xs), [f"m{m}\nn={n}" for _, m, n in counts], fontsize=7.5)
+        ax.set_xlim(-0.6, len(counts) - 0.4)
+        ax.set_ylim(0, top)
+        ax.set_title(titles[k], fontsize=8.5)
+        ax.legend(frameon=False, fontsize=7, loc="upper center", handlelength=1.5,
+                  bbox_to_anchor=(0.5, -0.16), ncols=len(mine), columnspacing=1.0)
+    axes[0].set_ylabel(tr("a token's weight x N (the token mean: 1)"))
+    for ax in axes[1:]:
+        ax.tick_params(labelleft=False)
+    fig.suptitle(tr("{window}\nwhat each recipe gives one token of each microbatch (n: its "
+                    "supervised tokens; N = {n}, R = {rows})").format(
+                        window=info.description, n=number(info.global_tokens),
+                        rows=number(info.first_label_rows, "d")), fontsize=9)
+    return in_edition(fig)
 

@@ -23,6 +23,7 @@ from course_lib.course.grading import (
     Verdict,
     _unanswered,
     grade,
+    listed,
 )
 from course_lib.course.questions import QUESTIONS
 
@@ -42,9 +43,9 @@ def check(question_id: str, given) -> Verdict:
 
 
 def ask(question_id: str) -> str:
-    """The prompt of a question, with its options."""
+    """The prompt of a question, with its options in the edition's words."""
     q = QUESTIONS[question_id]
-    options = tr(" (choose: {options})").format(options=", ".join(q.choices()))
+    options = tr(" (choose: {options})").format(options=listed(q.choices()))
     return tr(q.prompt) + (options if q.choices() else "")
 
 

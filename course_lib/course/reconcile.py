@@ -98,8 +98,8 @@ def evaluation_rows(e: EvaluationReport) -> list[Row]:
             f"another corpus: ours is a Markov source, floor {e.entropy_floor:.3f}"),
         Row("token accuracy", f"{100 * R1['token_accuracy']:.1f}%",
             f"{100 * e.token_accuracy:.1f}%",
-            "another corpus: ours caps accuracy at "
-            f"{100 * e.bayes_accuracy:.1f}% (always its likeliest successor)"),
+            "another corpus: ours expects at best "
+            f"{100 * e.bayes_accuracy:.1f}% (Bayes: always its likeliest successor)"),
     ]
 
 

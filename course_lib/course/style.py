@@ -1,4 +1,10 @@
-"""One colour per scheme, everywhere in the course (plots and widgets)."""
+"""One colour per scheme, everywhere in the course (plots and widgets), and
+the tick labels' numbers as the edition writes them."""
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
+
+from course_lib.course.edition import current, marks
 
 COLORS = {
     "global_token": "#1b7837",     # the course's rule: W * S_r / N (green)
@@ -23,3 +29,22 @@ LABELS = {
 def rank_color(rank: int) -> str:
     return RANK_COLORS[rank % len(RANK_COLORS)]
 
+
+
+class _EditionTicks(ScalarFormatter):
+    """Matplotlib's own tick labels, with the edition's decimal mark."""
+
+    def __call__(self, x, pos=None):
+        return marks(super().__call__(x, pos))
+
+
+def in_edition(fig: Figure) -> Figure:
+    """``fig`` with its linear axes' numbers in the edition's marks (0,5 in
+    French); log axes write powers of ten, and named ticks keep their names."""
+    if current() != "fr":
+        return fig
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if type(axis.get_major_formatter()) is ScalarFormatter:
+                axis.set_major_formatter(_EditionTicks())
+    return fig

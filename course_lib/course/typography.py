@@ -45,22 +45,33 @@ def _plain(text: str) -> str:
     return text
 
 
+# Stands for the code span before a chunk of prose: "`x` :" needs its
+# no-break space too, and the rules look behind for a non-space.
+_CODE = "\ue000"
+
+
+def _chunks(text: str) -> list[tuple[str, str | None]]:
+    """(prose, the protected text after it or None), prose that follows a
+    protected span starting with _CODE."""
+    out: list[tuple[str, str | None]] = []
+    last = 0
+    for found in _PROTECTED.finditer(text):
+        prose = text[last:found.start()]
+        out.append(((_CODE if last else "") + prose, found.group(0)))
+        last = found.end()
+    out.append(((_CODE if last else "") + text[last:], None))
+    return out
+
+
 def french(text: str) -> str:
     """``text`` with French typography, its code and formulas untouched."""
-    out, last = [], 0
-    for found in _PROTECTED.finditer(text):
-        out += [_plain(text[last:found.start()]), found.group(0)]
-        last = found.end()
-    out.append(_plain(text[last:]))
-    return "".join(out)
+    return "".join(_plain(prose).removeprefix(_CODE) + (kept or "")
+                   for prose, kept in _chunks(text))
 
 
 def breakable(text: str) -> list[str]:
     """The places in ``text`` (outside code and formulas) where a plain
     space stands before high punctuation or inside guillemets: what
     ``french`` fixes. Empty for a text set as French sets it."""
-    found = []
-    for chunk in _PROTECTED.split(text):
-        for m in _BREAKABLE.finditer(chunk):
-            found.append(m.group(0))
-    return found
+    return [m.group(0).replace(_CODE, "`…`") for prose, _ in _chunks(text)
+            for m in _BREAKABLE.finditer(prose)]

@@ -25,8 +25,8 @@ from matplotlib.figure import Figure
 
 from course_lib.core import arithmetic
 from course_lib.course import quiz
-from course_lib.course.edition import tr
-from course_lib.course.style import COLORS, LABELS, rank_color
+from course_lib.course.edition import decimal, number, tr
+from course_lib.course.style import COLORS, LABELS, in_edition, rank_color
 
 MAX_RANKS = 8
 MAX_TOKENS = 128
@@ -34,18 +34,6 @@ MAX_LOSS = 5.0
 DEFAULT_TOKENS, DEFAULT_LOSSES = arithmetic.DEFAULT_TOKENS, arithmetic.DEFAULT_LOSSES
 THETA_RANGE = (-2.0, 2.0)
 BIAS_COLOR = "#e08214"
-
-
-def fmt4(x: float) -> str:
-    """Four decimals, without a stray '-0.0000'."""
-    s = f"{x:.4f}"
-    return "0.0000" if s == "-0.0000" else s
-
-
-def fmt2(x: float) -> str:
-    """Two decimals, for a figure's labels (the readouts keep four)."""
-    s = f"{x:.2f}"
-    return "0.00" if s == "-0.00" else s
 
 
 # --- pure logic ----------------------------------------------------------------
@@ -131,10 +119,10 @@ def _readout(text: str, color: str) -> str:
 def _pair_readout(label: str, mean_of_means: float, global_: float) -> str:
     """One quantity under both schemes, each in its scheme's colour."""
     return (f"{label}: "
-            + _readout(tr("mean of means {value}").format(value=fmt4(mean_of_means)),
+            + _readout(tr("mean of means {value}").format(value=decimal(mean_of_means)),
                        COLORS["mean_of_means"])
             + " &nbsp;|&nbsp; "
-            + _readout(tr("global {value}").format(value=fmt4(global_)),
+            + _readout(tr("global {value}").format(value=decimal(global_)),
                        COLORS["global_token"]))
 
 
@@ -227,18 +215,18 @@ class TokenExplorer(_Displayable):
         xs = range(MAX_RANKS)
         self.bars_global = left.bar([x - 0.2 for x in xs], [0] * MAX_RANKS,
                                     width=0.4, color=COLORS["global_token"],
-                                    label="global mean: 1/N")
+                                    label=tr("global mean: 1/N"))
         self.bars_mom = left.bar([x + 0.2 for x in xs], [0] * MAX_RANKS, width=0.4,
                                  color=COLORS["mean_of_means"],
-                                 label="mean of means: 1/(W·N_r)")
-        left.set_ylabel("weight of one token")
-        left.set_title("What one token of each rank weighs")
+                                 label=tr("mean of means: 1/(W·N_r)"))
+        left.set_ylabel(tr("weight of one token"))
+        left.set_title(tr("What one token of each rank weighs"))
         left.legend(frameon=False, loc="upper right", fontsize=8)
         self.mean_bars = right.bar([0, 1], [0, 0], width=0.6,
                                    color=[COLORS["mean_of_means"],
                                           COLORS["global_token"]])
-        right.set_xticks([0, 1], ["mean of\nmeans", "global\nmean"])
-        right.set_title("The two means")
+        right.set_xticks([0, 1], [tr("mean of\nmeans"), tr("global\nmean")])
+        right.set_title(tr("The two means"))
         self.mean_texts = [right.text(i, 0, "", ha="center", va="bottom",
                                       fontsize=9) for i in (0, 1)]
         # The bias: a double-headed arrow between the two bar tops, with
@@ -253,6 +241,7 @@ class TokenExplorer(_Displayable):
         self.bias_text = right.text(0.5, 0, "", color=BIAS_COLOR, fontsize=9,
                                     fontweight="bold", va="bottom", ha="center")
         right.set_xlim(-0.5, 1.5)
+        in_edition(fig)
 
     def _static_text(self) -> str:
         return tr("Token explorer (sliders: run the notebook to move them). "
@@ -301,16 +290,16 @@ class TokenExplorer(_Displayable):
         self._draw(st)
         mom, glob, bias = st["mean_of_means"], st["global_mean"], st["bias"]
         self.mom_readout.value = _readout(
-            tr("mean of means: {value}").format(value=fmt4(mom)), COLORS["mean_of_means"])
+            tr("mean of means: {value}").format(value=decimal(mom)), COLORS["mean_of_means"])
         self.global_readout.value = _readout(
-            tr("global mean: {value}").format(value=fmt4(glob)), COLORS["global_token"])
-        self.bias_readout.value = _readout(tr("bias: {value}").format(value=fmt4(bias)),
+            tr("global mean: {value}").format(value=decimal(glob)), COLORS["global_token"])
+        self.bias_readout.value = _readout(tr("bias: {value}").format(value=decimal(bias)),
                                            BIAS_COLOR)
         self.weight_readout.value = tr(
             "Under the mean of means a token of the rank with the fewest tokens "
             "weighs <b>{ratio}x</b> one of the rank with the most; under the "
             "global mean every token weighs 1/N = 1/{n}.").format(
-                ratio=f"{st['weight_ratio']:.2f}", n=st["global_tokens"])
+                ratio=decimal(st["weight_ratio"], 2), n=number(st["global_tokens"], "d"))
         return st
 
     def _draw(self, st: dict) -> None:
@@ -323,8 +312,8 @@ class TokenExplorer(_Displayable):
                 bars[r].set_visible(visible)
         ax = self.ax_weights
         ax.set_xlim(-0.6, world - 0.4)
-        ax.set_xticks(range(world), [f"rank {r}\n{n} tok" for r, n in
-                                     enumerate(st["tokens"])])
+        ax.set_xticks(range(world), [tr("rank {r}\n{n} tok").format(r=r, n=n)
+                                     for r, n in enumerate(st["tokens"])])
         for r, label in enumerate(ax.get_xticklabels()):
             label.set_color(rank_color(r))
         ax.set_ylim(0, 1.25 * max(wg + wm))
@@ -333,7 +322,7 @@ class TokenExplorer(_Displayable):
                                     strict=True):
             bar.set_height(value)
             text.set_position((text.get_position()[0], value))
-            text.set_text(fmt2(value))
+            text.set_text(decimal(value, 2))
         top = max(mom, glob, 1e-6)
         self.ax_means.set_ylim(0, 1.4 * top)
         self.bias_line.set_ydata([mom, mom, float("nan"), glob, glob])
@@ -341,7 +330,7 @@ class TokenExplorer(_Displayable):
         self.bias_arrow.set_position((0.5, mom))
         self.bias_arrow.set_visible(abs(glob - mom) > 0.02 * top)
         self.bias_text.set_position((0.5, 1.16 * top))
-        self.bias_text.set_text(f"bias {fmt2(st['bias'])}")
+        self.bias_text.set_text(tr("bias {value}").format(value=decimal(st["bias"], 2)))
         self.image.value = _png(self.fig)
 
 
@@ -384,25 +373,26 @@ class ThetaExplorer(_Displayable):
         self.fig = fig
         self.ax_loss, self.ax_grad = fig.subplots(1, 2)
         self.markers = {}
-        panels = ((self.ax_loss, "loss", "loss", "reported loss"),
-                  (self.ax_grad, "grad", "gradient", "d loss / d theta"))
+        panels = ((self.ax_loss, "loss", tr("loss"), tr("reported loss")),
+                  (self.ax_grad, "grad", tr("gradient"), tr("d loss / d theta")))
         for ax, kind, title, ylabel in panels:
             for scheme, key in (("mean_of_means", "mean_of_means"),
                                 ("global_token", "global")):
                 ys = curves[f"{kind}_{key}"]
                 ax.plot(curves["theta"], ys, color=COLORS[scheme], lw=1.8,
-                        label=LABELS[scheme] if scheme == "mean_of_means"
-                        else "global token mean")
+                        label=tr(LABELS[scheme]) if scheme == "mean_of_means"
+                        else tr("global token mean"))
                 (self.markers[kind, key],) = ax.plot([0], [0], "o", ms=8,
                                                      color=COLORS[scheme])
             ax.axhline(0, color="0.8", lw=0.8)
-            ax.set_xlabel("theta")
+            ax.set_xlabel("theta")  # the parameter's name, in code and prose alike
             ax.set_ylabel(ylabel)
             ax.set_title(title)
         self.vlines = [ax.axvline(0, color="0.5", lw=0.8, ls=":")
                        for ax in (self.ax_loss, self.ax_grad)]
         self.ax_loss.legend(frameon=False, fontsize=8, loc="upper center")
         self.ax_grad.legend(frameon=False, fontsize=8, loc="upper left")
+        in_edition(fig)
 
     def update(self) -> dict:
         st = theta_state(self.theta.value, self.counts, self.targets)
@@ -455,19 +445,22 @@ class Quiz(_Displayable):
 
     @staticmethod
     def _input(q: quiz.Question) -> w.DOMWidget:
+        """The options shown in the edition's words; each keeps its own
+        option as its value, which ``answer`` hands to the grading."""
         if q.kind == "number":
             box = w.Text(placeholder=tr("your number"), continuous_update=False)
         elif q.kind == "choice":
-            box = w.RadioButtons(options=list(q.choices()), value=None)
+            box = w.RadioButtons(options=[(tr(o), o) for o in q.choices()], value=None)
         else:
-            box = w.VBox([w.Checkbox(value=False, description=o, indent=False)
+            box = w.VBox([w.Checkbox(value=False, description=tr(o), indent=False)
                           for o in q.choices()])
         return _tagged(box, "course-question-input")
 
     def answer(self, qid: str):
         box = self.inputs[qid]
         if isinstance(box, w.VBox):
-            return [c.description for c in box.children if c.value]
+            options = quiz.QUESTIONS[qid].choices()
+            return [o for o, c in zip(options, box.children, strict=True) if c.value]
         return box.value
 
     def check(self) -> dict[str, quiz.Verdict]:

@@ -4,10 +4,15 @@ committed reports that runs of the real code left in ``data/``.
 - ``FrameworkRow``: one configuration, audited (``jobs.frameworks`` writes it);
 - ``Matrix``: ``data/frameworks-matrix.json``, those rows for every pinned
   version (``benchmarks/frameworks_matrix.py``);
+- ``Configurations``: ``data/frameworks-configurations.json``, every
+  ``--with`` configuration on the installed versions, and its table
+  (``Configurations.lines``: the chapter's and the site's);
 - ``LossRuns``: ``data/trl-grpo-loss.json``, TRL GRPO's real loss function
   against its re-implementation (``benchmarks/trl_grpo_loss.py``,
   ``frameworks.trl_grpo``);
-- ``RealCode`` and ``loss_code_text``: what they measured for each recipe.
+- ``RealCode`` and ``loss_code_text``: what they measured for each recipe;
+- ``TrainerRow``: one loss type of TRL's real GRPOTrainer under torchrun
+  (``data/trl-grpo-trainer.json``, ``jobs.trl_grpo.TrainerData``).
 
 Evidence, not job code: the chapters, the recipes table and the site read it
 without launching anything.
@@ -16,6 +21,7 @@ without launching anything.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -24,8 +30,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from course_lib import frameworks
-from course_lib.core.verdicts import Verdict
-from course_lib.frameworks import candidates
+from course_lib.core.verdicts import TOLERANCE, Verdict
+from course_lib.frameworks import candidates, options
 from course_lib.frameworks.candidates import CANDIDATES
 from course_lib.reports.store import Committed
 from course_lib.steps.recipes import RealRun, Recipe
@@ -164,6 +170,105 @@ class Matrix(Committed):
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Configurations(Matrix):
+    """``data/frameworks-configurations.json``: every ``--with`` configuration
+    (``frameworks/options.py``) on the frameworks installed here, each state
+    on every model and flag set, measured or not run with its reason
+    (``benchmarks/frameworks_matrix.py --configurations``). The version
+    matrix's schema: an entry per framework, one launch each."""
+
+    NAME: ClassVar[str] = "frameworks-configurations"
+
+    def lines(self, live: Sequence[FrameworkRow] = (), framework: str | None = None
+              ) -> list[ConfigurationLine]:
+        """The table: each configuration's state on each flag set, a line for
+        the models whose rows say the same. A row measured ``live`` (a
+        learner's ``audit_frameworks(..., uses=...)``) stands in for the
+        committed row of the same framework, model, state and flags."""
+        found: dict[tuple[str, str, str, str], tuple[FrameworkRow, bool]] = {
+            _key(r): (r, False) for r in self.rows}
+        found.update({_key(r): (r, True) for r in live if r.uses})
+        groups: dict[tuple[str, str, str], list[tuple[str, tuple[str, str, str]]]] = {}
+        for row, is_live in found.values():
+            if framework is not None and row.framework != framework:
+                continue
+            configuration, state = _state_of(row)
+            verdict = str(row.verdict)
+            if row.verdict == Verdict.SCALED and row.factor:
+                verdict = f"scaled x{row.factor:.4g}"
+            said = (verdict, f"{'live' if is_live else 'committed'} {row.version or '-'}",
+                    finding(row))
+            groups.setdefault((row.framework, configuration, state), []).append(
+                (row.model, said))
+        out = []
+        for (fw, configuration, state), rows in groups.items():
+            merged: dict[tuple[str, str, str], list[str]] = {}
+            for model, said in rows:
+                merged.setdefault(said, []).append(model)
+            out += [ConfigurationLine(fw, configuration, state, ", ".join(models), *said)
+                    for said, models in merged.items()]
+        return out
+
+
+# What the configurations' table shows, in its order: the face's text and
+# the site's page are this one table.
+CONFIGURATION_HEAD = ("framework", "configuration", "flag state", "models", "verdict",
+                      "measured", "finding")
+
+
+@dataclass(frozen=True)
+class ConfigurationLine:
+    """One line of the configurations' table (``CONFIGURATION_HEAD``)."""
+
+    framework: str
+    configuration: str  # the --with option(s)
+    state: str  # the option's state, then the framework's own flags
+    models: str  # those whose rows say the same
+    verdict: str
+    measured: str  # "live" or "committed", and the framework's version
+    finding: str  # the formula the gradient is, or why there is none: one line
+
+    @property
+    def cells(self) -> tuple[str, ...]:
+        return (self.framework, self.configuration, self.state, self.models, self.verdict,
+                self.measured, self.finding)
+
+
+def _key(row: FrameworkRow) -> tuple[str, str, str, str]:
+    return (row.framework, row.model, json.dumps(row.uses, sort_keys=True, default=str),
+            json.dumps(row.flags, sort_keys=True, default=str))
+
+
+def _state_of(row: FrameworkRow) -> tuple[str, str]:
+    """(the --with option(s), their state then the framework's own flags:
+    those the options did not set), in a few words."""
+    set_by: set[str] = set()
+    for name, state in row.uses.items():
+        if name in options.OPTIONS:
+            set_by |= set(options.OPTIONS[name].flags(state))
+    states = [",".join(f"{k}={v}" for k, v in state.items()) if isinstance(state, dict)
+              else str(state) for state in row.uses.values()]
+    own = [f"{k}={v}" for k, v in row.flags.items() if k not in set_by] or ["defaults"]
+    if row.precision != "float32":  # what the framework's defaults computed in
+        own.append(row.precision)
+    return "+".join(row.uses) or "-", "; ".join([*states, *own])
+
+
+def finding(row: FrameworkRow) -> str:
+    """One line: the formula a measured row's gradient is (the nearest, with
+    its residual, when none is within the tolerance), or why the row has no
+    gradient. Never a pass for a row that was not run."""
+    if row.verdict in UNMEASURED:
+        return row.reason or "no reason recorded"
+    said = row.matches or "no formula"
+    if row.verdict == Verdict.RANKS_DISAGREE:
+        said = f"the ranks hold different gradients (rank 0: {said})"
+    if row.residual is not None and row.residual > TOLERANCE.of(row.precision):
+        said += f" (nearest; residual {row.residual:.1e})"
+    return said
+
+
 # --- the real code: what the version matrix measured for each recipe -----------------------
 
 
@@ -297,3 +402,29 @@ def loss_code_text(recipe: Recipe, runs: LossRuns | None) -> str:
     tail = f"; not run: {', '.join(skipped)}" if skipped else ""
     return (f"run (loss function, {where}): loss and gradient allclose, "
             f"max |dg| {worst:.1e}{tail}")
+
+
+# --- the real RL trainers under torchrun: data/trl-grpo-trainer.json -------------------------
+
+
+@dataclass(frozen=True)
+class TrainerRow(FrameworkRow):
+    """One loss type of TRL's real GRPOTrainer (or its RLOOTrainer), one
+    optimizer step on every rank under torchrun (``jobs.trl_grpo``,
+    ``frameworks.trl_grpo_trainer``). ``verdict`` is against the global
+    token mean of every rank's completion tokens, ``claim_verdict`` against
+    the objective the loss type claims; each is torch.allclose per component
+    on every rank (else uniformly scaled or biased)."""
+
+    trainer: str = ""  # "grpo" or "rloo"
+    loss_type: str = ""  # GRPOConfig.loss_type; "" for RLOO
+    claim: str | None = None  # a key of rl_recipes.CLAIMS; None: none stated
+    claim_source: str = ""  # where the claim is written
+    claim_verdict: Verdict | None = None
+    max_err: float | None = None  # max over ranks, components |g - g*| / max |g*|
+    claim_max_err: float | None = None  # the same against the claim
+    trains: list[str] = field(default_factory=list)  # every objective it is allclose to
+    recipe: Verdict | None = None  # against rl_recipes.trl_grpo_loss; None: no recipe
+    tokens: list[list[int]] = field(default_factory=list)  # [rank][microbatch] tokens
+    lengths: list[list[list[int]]] = field(default_factory=list)  # [rank][micro][completion]
+    advantages: list[list[list[float]]] = field(default_factory=list)  # the same shape

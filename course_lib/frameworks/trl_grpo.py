@@ -14,7 +14,8 @@ log-probs = the current ones (ratio 1, nothing clipped), beta 0.
 TRL 0.19 divides by GA outside ``_compute_loss`` (``Trainer.training_step``,
 ``model_accepts_loss_kwargs`` False; accelerate gets num_steps 1): that
 division is applied after the call, and the row says so. TRL is imported
-inside the functions, like every adapter here.
+inside the functions, like every adapter here. The whole trainer, on every
+rank under torchrun, is ``trl_grpo_trainer``'s.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from course_lib.jobs import (
     resume,
     smoke,
     train,
+    trl_grpo,
 )
 from course_lib.jobs.kind import JobKind
 from course_lib.run.runfile import JobSpec
@@ -40,6 +41,7 @@ KINDS: dict[str, JobKind] = {k.tag: k for k in (
     frameworks_logging.KIND,
     capstone.KIND,
     evaluate.KIND,
+    trl_grpo.KIND,
 )}
 SPECS: dict[str, type[JobSpec]] = {tag: k.spec for tag, k in KINDS.items()}
 

@@ -26,9 +26,9 @@ from course_lib.steps.registry import StepInfo
 
 Layout = list[list[list[int]]]
 
-def tolerance(cfg) -> tuple[float, float]:
-    """(atol, rtol) for the config's dtype."""
-    if cfg.train.dtype == "float64":
+def tolerance(cfg, dtype: str | None = None) -> tuple[float, float]:
+    """(atol, rtol) for the config's dtype, or for ``dtype`` where given."""
+    if (dtype or cfg.train.dtype) == "float64":
         return TOLERANCE.float64_components
     return cfg.parity.atol, cfg.parity.rtol
 

@@ -129,6 +129,11 @@ class LoggingStarted(Event):
     model: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainerCaseStarted(Event):
+    case: str  # a TRL trainer and its loss type (jobs/trl_grpo.py)
+
+
 # The event's name in a record -> its type: every event a rank logs
 # (RankContext.log) has one (tests/test_typed.py).
 EVENTS: dict[str, type[Event]] = {
@@ -136,7 +141,7 @@ EVENTS: dict[str, type[Event]] = {
     "checkpoint": Checkpoint, "resumed": Resumed, "check": CheckStarted,
     "audit_step": AuditStep, "mode_done": ModeDone, "evaluate": Evaluated,
     "smoke": Smoke, "framework": FrameworkStarted, "framework_failed": FrameworkFailed,
-    "frameworks_logging": LoggingStarted,
+    "frameworks_logging": LoggingStarted, "trl_trainer": TrainerCaseStarted,
 }
 
 

@@ -150,7 +150,8 @@ def hf_trainer_local_tokens(model, microbatches, world_size):
 
 
 def hf_trainer_avg_tokens(model, microbatches, world_size):
-    """HF Trainer 4.46.2-5.9, average_tokens_across_devices: W * S / N', N'
+    """HF Trainer 4.46.3-5.9 (and later, on a model whose loss_type is None),
+    average_tokens_across_devices: W * S / N', N'
     counted before the shift and summed over ranks."""
     num_items = global_count(torch.stack([count_before_shift(lb)
                                           for _, lb in microbatches]).sum())
@@ -418,8 +419,10 @@ NO_ADAPTER = {
     "LLaMA-Factory": "not tried: no adapter for LLaMA-Factory's v1 trainer",
     "torchtune": "no adapter: its loop is a recipe script driven by a YAML config",
 }
-# The TRL GRPO rows: the real loss function was run on one process, not the
-# trainer's loop under torchrun (see benchmarks/trl_grpo_loss.py).
+# The TRL GRPO rows: the real loss function on one process
+# (benchmarks/trl_grpo_loss.py), and the real trainer's step under torchrun on
+# every rank (benchmarks/trl_grpo_trainer.py: dapo, bnpo, grpo and dr_grpo
+# train what these recipes do).
 TRL_GRPO = ("TRL GRPOTrainer", "trl/trainer/grpo_trainer.py GRPOTrainer._compute_loss")
 
 

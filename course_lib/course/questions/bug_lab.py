@@ -85,7 +85,8 @@ QUESTIONS: dict[str, Question] = {
         "no_sync() around the backward only: does the step give the right "
         "gradient, a wrong gradient, or hang?", "choice", "hang",
         "which microbatches sync when the forward runs outside no_sync()? Count "
-        "each rank's all-reduces: one returns only when every rank has called it",
+        "each rank's all-reduces: one returns only when every rank has called "
+        "it. Follow rank 1 into its fourth microbatch, when rank 0 has none left",
         options=UNEVEN_OUTCOMES,
         reasoning=(
             "A hang: a forward outside no_sync() arms DDP's sync, so every "
@@ -98,9 +99,11 @@ QUESTIONS: dict[str, Question] = {
         "The same layout, no no_sync() at all, and the loop wrapped in Join: "
         "the right gradient, a wrong gradient, or hang?", "choice",
         "wrong gradient",
-        "follow both ranks after rank 0 runs out: does rank 0 ever receive rank "
-        "1's last microbatches, and what does each of rank 1's extra syncs do to "
-        "what was synced before?",
+        "under Join, a rank that has run out still joins the others' syncs: what "
+        "can it put into a gradient all-reduce, and what does DDP divide the sum "
+        "by? Then follow both ranks: does rank 0 ever receive rank 1's last "
+        "microbatches, and what does each of rank 1's extra syncs do to what was "
+        "synced before?",
         options=UNEVEN_OUTCOMES,
         reasoning=(
             "A wrong gradient, and no hang: Join lets rank 0, out of microbatches, "
@@ -130,18 +133,24 @@ QUESTIONS: dict[str, Question] = {
             "world_size_invariance runs W = 1, 2 and 4, where the factor is 1, 1/2 "
             "and 1/4.")),
     "bug_lab.1": Question(
-        "count_never_reset keeps its running count on the model, and trajectory "
-        "trains one model for 5 updates. If the first three windows held 2000, "
-        "2400 and 1600 supervised tokens, by what factor is the gradient of the "
-        "third update off the reference at the same weights?", "number",
-        1600 / (2000 + 2400 + 1600),
-        "write the N the step divides by at the third update, and the N the "
-        "rule divides by", rel_tol=1e-3,
+        "count_never_reset keeps its running count on the model. Suppose every "
+        "window holds the same number of supervised tokens. Under plain SGD, "
+        "the bug turns the config's constant learning rate lr into a schedule: "
+        "what is it at update k? Over trajectory's 5 updates, what is the sum "
+        "of the effective learning rates, in units of lr (the rule's: 5)?",
+        "number", sum(1 / k for k in range(1, 6)),
+        "write the count the step divides by at update k, against the window's "
+        "own count that the rule divides by; SGD's update is linear in the "
+        "gradient", rel_tol=1e-3,
         reasoning=(
-            "The running count at the third update is every token seen so far, "
-            "2000 + 2400 + 1600 = 6000, where the rule divides by the window's own "
-            "1600: the gradient is 1600 / 6000 = 0.267 of the reference's. (The "
-            "first update is right: 2000 / 2000.)")),
+            "With n tokens in every window, the running count at update k is k n, "
+            "where the rule divides by n: the gradient is 1 / k of the reference's "
+            "at the same weights, and under SGD that is a learning rate lr / k, a "
+            "1/k decay that nobody asked for. Over 5 updates: 1 + 1/2 + 1/3 + 1/4 + "
+            "1/5 = 137 / 60, about 2.28 lr where the rule takes 5 lr. trajectory, "
+            "comparing each update's gradient with the reference at the same "
+            "weights, sees a relative error of 1 - 1/k: 0 on update 1, then 0.5, "
+            "0.67, 0.75 and 0.8, so it catches the bug from update 2 on.")),
     "bug_lab.2": Question(
         "pad_to_longest_rank at W = 4: re-batch parity_window(cfg, corpus, 4) "
         "with uneven_layout and the chapter's budget. How many empty "

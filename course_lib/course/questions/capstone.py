@@ -28,6 +28,26 @@ QUESTIONS: dict[str, Question] = {
             "averages rank means. The sync is right (no_sync() wraps the forward and "
             "the backward of every microbatch but the last), and so are the model and "
             "optimizer state: the grade fails every property but no_sync.")),
+    "capstone.predict_count": Question(
+        "Your copy of the script with only step's count fixed (N as the "
+        "supervised labels, all-reduced over the ranks), the rest of step as "
+        "it was: which of the five properties of step that failed still fail? "
+        "(no_sync passed already)", "choice",
+        "parity + trajectory + accumulation_invariance",
+        "what is left in step: a factor the same on every rank, or one per rank? "
+        "does it depend on the number of microbatches, and on how many there "
+        "are in the whole window?",
+        options=("none of them", "accumulation_invariance alone",
+                 "parity + trajectory + accumulation_invariance",
+                 "parity + trajectory + world_size_invariance", "all five"),
+        reasoning=(
+            "Dividing by the global N but not multiplying by W, then again by the "
+            "microbatches, leaves a factor 1 / (W M), the same on every rank: parity "
+            "and trajectory see the scale, accumulation_invariance sees M change. "
+            "world_size_invariance keeps the window's microbatches and spreads them "
+            "over 1, 2 or 4 ranks, so W M, the window's number of microbatches, "
+            "never moves there: it passes, and so does permutation_invariance, "
+            "since every rank carries the same factor.")),
     "capstone.predict_crash": Question(
         "Every process is killed while rank 0 is inside the torch.save of save "
         "at update 40; step-0020 is the last checkpoint saved before. The restart "
@@ -123,24 +143,6 @@ QUESTIONS: dict[str, Question] = {
             "the first overflow is then in the backward's float16 activation "
             "gradients, sums over the window's tokens (chapter 03's aside).")),
     "capstone.4": Question(
-        "In a copy of the script, fix only step's count: N as the supervised "
-        "labels, all-reduced over the ranks, the rest of step as it is. Before "
-        "grading it, predict: which of the step's six properties still fail? "
-        "Then grade it and compare.", "choices",
-        ("parity", "trajectory", "accumulation_invariance"),
-        "what is left in step: a factor the same on every rank, or one per rank? "
-        "does it depend on the number of microbatches, and on how many there "
-        "are in the whole window?",
-        options=("parity", "trajectory", "accumulation_invariance",
-                 "world_size_invariance", "permutation_invariance", "no_sync"),
-        reasoning=(
-            "Dividing by the global N but not multiplying by W, then again by the "
-            "microbatches, leaves a factor 1 / (W M), the same on every rank: parity "
-            "and trajectory see the scale, accumulation_invariance sees M change. "
-            "world_size_invariance keeps the window's microbatches and spreads them "
-            "over 1, 2 or 4 ranks, so W M, the window's number of microbatches, "
-            "never moves there: it passes, as do permutation and no_sync.")),
-    "capstone.5": Question(
         "A 4-rank run of the fixed script is resumed on 2 ranks from its "
         "checkpoint. Which parts of the checkpoint still carry the 4-rank run's "
         "trajectory on?", "choices", ("model weights", "optimizer state"),

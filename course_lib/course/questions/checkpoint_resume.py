@@ -84,19 +84,25 @@ QUESTIONS: dict[str, Question] = {
             "so the newest it finds is step-0025, and the run resumes from step 25 "
             "(a valid copy of step 50 sits in step-0050.old, unused).")),
     "checkpoint_resume.4": Question(
-        "The run saves a checkpoint every 25 updates (checkpoint_every) and is "
-        "killed during update 73. A new job resumes from what "
-        "checkpoint.latest_valid returns. How many of the updates that the "
-        "killed job had finished does the new job compute again?", "number", 22,
-        "which step-NNNN folders exist when update 73 starts? the new job's "
-        "first update is the one after that step; the killed job had finished "
-        "every update before 73.",
+        "A run feeds DDP from torch's DistributedSampler instead of the "
+        "course's sampler: the 1,024 train sequences, 2 ranks, each update 2 "
+        "microbatches of 8 sequences per rank (accumulation 2), a new shuffle "
+        "per epoch. It checkpoints after update 90 and resumes. Its loader "
+        "has no state to restore, so the resume does what the Hugging Face "
+        "Trainer does: it works out from the step which epoch it is in, calls "
+        "set_epoch on it and skips the microbatches that epoch has already "
+        "consumed. How many microbatches does each rank's loader skip?",
+        "number", 52,
+        "how many microbatches does one rank's loader yield per epoch, and so "
+        "how many updates does an epoch hold? Then place update 90 in its epoch",
         reasoning=(
-            "Killed during update 73, the run holds step-0025 and step-0050 (the "
-            "save after update 75 never began), so latest_valid returns step-0050 "
-            "and the new job's sampler stands at position 50. Its updates 51 to 72 "
-            "draw windows 50 to 71 again and reach the killed job's step-72 state "
-            "bit for bit: 22 finished updates redone, and update 73 (window 72) is "
-            "then run to its end for the first time. Saving every k updates redoes "
-            "at most k - 1 finished updates: the price of a checkpoint interval.")),
+            "Each rank's share of an epoch is 1024 / 2 = 512 sequences, 64 "
+            "microbatches of 8, so an epoch holds 64 / 2 = 32 updates. After 90 "
+            "updates the run has done 2 whole epochs (64 updates) and 26 updates "
+            "of the third, so the resume calls set_epoch(2), which deals the "
+            "stopped run's shuffle again (DistributedSampler's order is a function "
+            "of its seed and epoch alone), and skips 26 x 2 = 52 microbatches per "
+            "rank, as the Trainer computes it: (step % updates per epoch) x "
+            "accumulation. The course's sampler needs none of this arithmetic: "
+            "it saves where its generator stands.")),
 }

@@ -44,6 +44,26 @@ def _document_weight_ratio(width: int, world_size: int = 2) -> float:
     return max(found) / min(found)
 
 
+@cache
+def _dr_grpo_scale(world_size: int = 2) -> float:
+    """09: a token's weight under TRL's dr_grpo on the parity window, after
+    DDP's mean, over the token mean's 1 / N (every token weighs the same)."""
+    from course_lib.core.data import collate, parity_window
+    from course_lib.core.model import supervised_mask
+    from course_lib.course.api import corpus, load_config
+    from course_lib.steps.rl_recipes import trl_token_weights
+
+    cfg = load_config()
+    data = corpus(cfg)
+    per_rank = [[collate(data, ids)[1] for ids in rank]
+                for rank in parity_window(cfg, data, world_size)]
+    weights = trl_token_weights("dr_grpo", per_rank)
+    labels = [lb for rank in per_rank for lb in rank]
+    found = [w[supervised_mask(lb)] for w, lb in zip(weights, labels, strict=True)]
+    n = sum(int(f.numel()) for f in found)
+    return float(max(f.max() for f in found)) * n
+
+
 QUESTIONS: dict[str, Question] = {
     "choose_the_unit.predict": Question(
         "Under the sequence mean, on the parity window (rank 0's sequences drawn "
@@ -72,8 +92,9 @@ QUESTIONS: dict[str, Question] = {
             "Only penalty_every_microbatch. Added on every microbatch, the penalty "
             "counts M times, and accumulation_invariance changes M. The two others "
             "add it once per rank whatever M is (W times too strong, or on one rank "
-            "only and divided by W in DDP's mean): only a reference, parity, sees "
-            "them.")),
+            "only and divided by W in DDP's mean), so accumulation_invariance "
+            "cannot see them; parity sees them against the reference, and "
+            "world_size_invariance without one, as their weight moves with W.")),
     "choose_the_unit.predict_packed": Question(
         "Packed rows, rows_as_documents: the sequence rule run unchanged, each "
         "row one sequence. One row holds a lone document of 12 tokens, another "
@@ -91,21 +112,19 @@ QUESTIONS: dict[str, Question] = {
             "lengths, so rows_as_documents fails parity; on rows of one sequence the "
             "same rule is exact, as the sequence objective's audit showed.")),
     "choose_the_unit.predict_rl": Question(
-        "On the skewed window, against the advantage-weighted token mean: what "
-        "are TRL's grpo, dr_grpo and dapo (steps_per_generation = GA)? Each "
-        "option gives the three verdicts in that order, grpo / dr_grpo / dapo.",
-        "choice", "biased / scaled / exact",
-        "which of them averages each completion first, which divides by a "
-        "number fixed in advance, and which counts the window's tokens?",
-        options=("exact / exact / exact", "biased / scaled / exact",
-                 "scaled / exact / biased", "biased / exact / scaled",
-                 "exact / biased / exact"),
+        "On the skewed window (the parity window: 32 completions, N = 2283 "
+        "tokens) with L_max = 128: TRL's dr_grpo gradient is the "
+        "advantage-weighted token mean's times what factor?", "number",
+        lambda: _dr_grpo_scale(2),
+        "dr_grpo divides every token's term by the same W·M·B·L_max; the token "
+        "mean divides it by N: what is the ratio of the two weights?", rel_tol=0.01,
         reasoning=(
-            "grpo averages each completion's tokens, then the completions: the "
-            "sequence mean, biased for the token mean when the completions' lengths "
-            "differ. dr_grpo divides the sum by a constant: every token weighs the "
-            "same, times N / C, a scale. dapo divides by the window's token count, "
-            "all-reduced: exact while steps_per_generation = GA.")),
+            "After DDP's mean every token weighs 1 / (W·M·B·L_max), the same for "
+            "all, where the token mean gives 1 / N: a uniform scale, N / "
+            "(W·M·B·L_max), the mean completion length over L_max. With 32 "
+            "completions and L_max = 128 that is 2283 / 4096 = 0.557 on the skewed "
+            "window (512 / 4096 = 0.125 on the balanced one): another step size, "
+            "one that moves with N from window to window.")),
     "choose_the_unit.1": Question(
         "W = 2, the weighted objective: the class weights of rank 0's supervised "
         "tokens sum to 2,100, rank 1's to 600. Each rank divides its weighted "
@@ -141,11 +160,13 @@ QUESTIONS: dict[str, Question] = {
             "C is 131,072 / 32,768 = 4 times the right update, at every step: a "
             "learning rate 4 times too large for SGD.")),
     "choose_the_unit.3": Question(
-        "At PaLM's strength, zloss:0.0001, audited in float64 (dtype='float64'), "
-        "where the rule's error is rounding alone: which checks catch "
-        "zloss_mean_per_microbatch (this cell prints its source)? Predict first, from "
-        "what each check varies; then audit it with every check (the skeleton "
-        "in this cell).", "choices",
+        "Derive it before you run anything. At PaLM's strength, zloss:0.0001, "
+        "audited in float64 (dtype='float64'), where a right rule's error is "
+        "rounding alone: which checks catch zloss_mean_per_microbatch (this cell "
+        "prints its source)? For each check, ask whether its layouts change which "
+        "tokens share a microbatch, and so each microbatch's z mean; parity is "
+        "one of them, as the chapter measured. Then confirm your list with the "
+        "audit of the next cell.", "choices",
         ("parity", "trajectory", "accumulation_invariance", "permutation_invariance",
          "uneven_microbatches"),
         "the wrong term divides each microbatch's z sum by that microbatch's own "
@@ -161,26 +182,11 @@ QUESTIONS: dict[str, Question] = {
             "since each microbatch's z mean moves with its tokens. world_size_invariance "
             "keeps the same microbatches and only spreads them over 1, 2 or 4 ranks, "
             "where each still weighs 1 / (the window's microbatches), and no_sync "
-            "checks a sync that is right: both pass. In float32 the same error sits "
-            "near the tolerance's floor (atol 1e-6 plus rtol 1e-4 times the "
-            "reference), flagged only at entries whose reference is small, so there "
-            "rounding decides which checks flag it: audit a small term in float64.")),
+            "checks a sync that is right: both pass. In float32 the same error stays "
+            "inside the tolerance (atol 1e-6 plus rtol 1e-4 times the reference), at "
+            "0.827 of it at worst (the chapter's cell), so there rounding decides "
+            "which checks flag it: audit a small term in float64.")),
     "choose_the_unit.4": Question(
-        "TRL's dapo divides each optimizer step's loss sum by the generation "
-        "batch's token count times GA / steps_per_generation. With "
-        "steps_per_generation = 2 GA, the two steps of one generation batch "
-        "train 300 and 500 tokens. Step 1's gradient is "
-        "its own token mean's times what factor? (Then work out step 2's: over "
-        "the two steps, which tokens count more?)", "number", 300 / 400,
-        "the generation batch holds both steps' tokens: what does step 1 divide "
-        "by, and what would its own token mean divide by?", rel_tol=1e-6,
-        reasoning=(
-            "The generation batch holds 300 + 500 = 800 tokens, and each step divides "
-            "by half of them, 400; step 1's own token mean divides by 300. The factor "
-            "is 300 / 400 = 0.75 (step 2's is 500 / 400 = 1.25): each step is a "
-            "uniform scale of its own token mean, and over the run the steps are "
-            "reweighted.")),
-    "choose_the_unit.5": Question(
         "The chapter's packed window (document:128), under rows_as_documents "
         "(the sequence rule, each row one sequence): the heaviest document of "
         "the window weighs how many times the lightest (a document's weight: "
@@ -198,4 +204,33 @@ QUESTIONS: dict[str, Question] = {
             "weight (a ratio of 1): that spread is why rows_as_documents fails "
             "parity. (Wider rows do not help: a width of 256 gives 8.64, and the "
             "audit refuses it, since the model has 128 positions.)")),
+    "choose_the_unit.5": Question(
+        "Three jobs. (a) RL fine-tuning: a reward model scores whole answers of 20 "
+        "to 900 tokens, and each answer must count once, whatever its length. (b) "
+        "Supervised fine-tuning on rows packed with several conversations each, "
+        "every conversation counting once. (c) A classifier whose rare label, one "
+        "example in 50, must weigh 10 times a common one. Which unit fits each job, "
+        "in the order a / b / c, and what does every rank all-reduce before its "
+        "backward (in brackets)?", "choice",
+        "sequence (K) / document (the documents) / weighted (Σ w)",
+        "for each job ask what must count once (a token, an answer, a conversation, "
+        "a class), whether a row still is one example, and whether any rank knows "
+        "the window's normalizer without the others",
+        options=("sequence (K) / document (the documents) / weighted (Σ w)",
+                 "token (N) / sequence (K) / weighted (Σ w)",
+                 "sequence (nothing) / document (the documents) / weighted (nothing)",
+                 "constant (nothing) / document (the documents) / weighted (Σ w)",
+                 "sequence (K) / sequence (K) / token (N)"),
+        reasoning=(
+            "(a) The sequence mean: each answer gets one share, whatever its length "
+            "(the token mean would let a 900-token answer weigh 45 times a 20-token "
+            "one), every rank all-reducing K, the answers, before its backward; (b) "
+            "the document objective: on packed rows a row is not an example, so the "
+            "sequence rule would weigh each conversation by its part of its row "
+            "(rows_as_documents); the ranks all-reduce the documents found in the "
+            "labels; (c) the weighted mean, with class weight 10 for the rare label: "
+            "the weights are fixed per class, but their sum over the window depends "
+            "on how many rare labels it drew, so the ranks all-reduce Σ w, in "
+            "float64. Dividing by a rank's own count gives a mean of rank means "
+            "(exercise 1), and a constant weighs every token the same.")),
 }

@@ -40,6 +40,20 @@ def _plan_token_ratio(world_size: int = 2, top: int | None = None,
     return per_rank[1] / per_rank[0]
 
 
+def _rank0_weight_w4() -> float:
+    """At W = 4, a rank-0 token's weight under the mean of means over its
+    weight under the token mean, N / (W N_0), from the whole plan's sums."""
+    from course_lib.core.data import make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config().with_world_size(4)
+    data = corpus(cfg)
+    plan = make_plan(cfg, data, 4)
+    totals = [sum(len(data.sequences[i]) - 1 for window in plan
+                  for mb in window[r] for i in mb) for r in range(4)]
+    return sum(totals) / (4 * totals[0])
+
+
 def _length_count_factor() -> float:
     """The gradient's scale in the plan's worst window when N counts
     len(sequence) instead of the supervised positions (len - 1):
@@ -140,18 +154,25 @@ QUESTIONS: dict[str, Question] = {
             "changes from window to window.")),
     "data_and_plan.4": Question(
         "With world_size = 4 the length range 16-128 splits into four even "
-        "bands. Over the whole plan, how many times rank 1's supervised tokens "
-        "does rank 2 hold? Estimate it from the bands before any run (within "
-        "5% counts); then set world_size = 4 in the parameters cell, run the "
-        "chapter again and compare with the printed ratios (the prose keeps "
-        "describing W = 2).",
-        "number", lambda: _plan_token_ratio(4, top=2, bottom=1),
-        "same number of sequences on every rank: compare a typical length of "
-        "rank 1's band and of rank 2's", rel_tol=0.05,
+        "bands, and every rank draws as many sequences per window. The mean "
+        "of means gives each rank's mean 1/W of the say; the token mean gives "
+        "each token 1/N. Over the whole plan, a rank-0 token's weight under "
+        "the mean of means is how many times its weight under the token mean? "
+        "Estimate it from the bands before any run (within 5% counts); then "
+        "set world_size = 4 in the parameters cell, run the chapter again and "
+        "compute it from totals (the prose keeps describing W = 2).",
+        "number", _rank0_weight_w4,
+        "rank 0's mean, 1/W of the say, is shared by its N_0 tokens: a token "
+        "weighs 1/(W N_0) there and 1/N under the token mean. Estimate each "
+        "N_r from a typical target count of band r", rel_tol=0.05,
         reasoning=(
-            "The bands are 44-71 and 72-99 for ranks 1 and 2. Every rank draws as "
-            "many sequences, so the ratio is that of typical targets: about 84.5 "
-            "against 56.5, close to 1.5. The plan's exact sums give 1.490 (the "
-            "rerun prints it beside 2.913x and 1.955x rank 0's), less than the ends' "
-            "3.885: neighbouring bands differ less.")),
+            "A rank-0 token weighs 1 / (W N_0) under the mean of means and 1 / N "
+            "under the token mean, so N / (W N_0) times as much. Every rank draws "
+            "as many sequences, so N_r follows a typical target count of band r: "
+            "the bands 16-43, 44-71, 72-99 and 100-128 give about 28.5, 56.5, 84.5 "
+            "and 113 targets, and (28.5 + 56.5 + 84.5 + 113) / (4 x 28.5) = 2.48. "
+            "The plan's sums (totals: 46,564 tokens on rank 0 of 454,121) give "
+            "2.438, against 1.727 at W = 2: the more ranks, the narrower rank 0's "
+            "band and the shorter its sequences against the mean, so the more its "
+            "few tokens are over-weighted.")),
 }

@@ -30,10 +30,16 @@ def _rank_tokens(world_size: int) -> tuple[int, ...]:
                  for rank in parity_window(cfg, data, world_size))
 
 
-def _mom_weight(rank: int, world_size: int) -> float:
+# 04: the supervised tokens the prediction adds to rank 1
+GROWN = 500
+
+
+def _mom_weight(rank: int, world_size: int, grow: tuple[int, ...] = ()) -> float:
     """04: a token of ``rank`` under the mean of means weighs 1 / (W N_r); in
-    units of its due 1 / N, that is N / (W N_r)."""
-    counts = _rank_tokens(world_size)
+    units of its due 1 / N, that is N / (W N_r). ``grow``: tokens added to
+    each rank first."""
+    counts = [n + (grow[r] if r < len(grow) else 0)
+              for r, n in enumerate(_rank_tokens(world_size))]
     return sum(counts) / (world_size * counts[rank])
 
 
@@ -53,16 +59,19 @@ def _atol_to_pass(report) -> float:
 
 QUESTIONS: dict[str, Question] = {
     "ddp_parity.predict": Question(
-        "On the parity window (W = 2), under the mean of means: what multiple "
-        "of its due weight 1 / N does a rank-1 token get?", "number",
-        lambda: _mom_weight(1, 2),
-        "under the mean of means a token of rank r weighs 1 / (W * N_r): how "
-        "many times 1 / N is that for rank 1?", rel_tol=0.01,
+        "On the parity window (W = 2), rank 1 draws 500 more supervised tokens "
+        "and rank 0 keeps its own. Under the mean of means, what multiple of "
+        "its due weight 1 / N does a rank-0 token get then?", "number",
+        lambda: _mom_weight(0, 2, grow=(0, GROWN)),
+        "under the mean of means a token of rank r weighs 1 / (W * N_r), and its "
+        "due is 1 / N: which of the two does rank 1's growth change?",
+        rel_tol=0.01,
         reasoning=(
-            "Under the mean of means a rank-1 token weighs 1 / (W N_1) = 1 / (2 * "
-            "1562); its due is 1 / N = 1 / 2283. The ratio N / (W N_1) = 2283 / 3124 "
-            "is about 0.73: the long sequences count for less than their share, and "
-            "a rank-0 token (N / (W N_0) = 2283 / 1442) for about 1.58 times its due.")),
+            "Under the mean of means a rank-0 token weighs 1 / (W N_0) = 1 / (2 * "
+            "721), whatever rank 1 holds; its due, 1 / N, shrinks as N grows from "
+            "2283 to 2783. The ratio N / (W N_0) = 2783 / 1442 is about 1.93, up from "
+            "1.58: growing the long rank over-weights the short one further, and a "
+            "rank-1 token falls from 0.73 to 2783 / 4124, about 0.67, of its due.")),
     "ddp_parity.predict_loss_gap": Question(
         "The skewed scenario (12 and 36 tokens) on the real, untrained model: "
         "how far apart are the mean of means and the global mean of its "
@@ -106,16 +115,19 @@ QUESTIONS: dict[str, Question] = {
             "component sets the smallest atol.")),
     "ddp_parity.3": Question(
         "The 12 -> 36 experiment with rank 1 at 13 tokens, one more than rank "
-        "0: does the mean of means pass the gradient check? Decide from a "
-        "token's weights, then run it to see.", "choice", "no",
-        "the check forgives rounding, not a change of weight: do a token's "
-        "two weights still agree when the counts differ by one?",
+        "0, and atol raised a thousandfold, to 1e-3 (rtol stays 1e-4): does the "
+        "mean of means pass the gradient check? Run it, and read its largest "
+        "error and its failing components.", "choice", "no",
+        "a token's weight moves by about 4%: how large is 4% of the largest "
+        "gradient components, next to 1e-3? The run's max_abs_err says",
         options=("yes", "no"),
         reasoning=(
-            "No. With 12 and 13 tokens N = 25, and the mean of means weighs a "
-            "rank-0 token 1/24 and a rank-1 token 1/26 instead of 1/25: a 4% change "
-            "of weight, far above what the check forgives as rounding. The run "
-            "agrees: allclose=False.")),
+            "No: with 12 and 13 tokens N = 25, and the mean of means weighs a "
+            "rank-0 token 1/24 and a rank-1 token 1/26 instead of 1/25, about 4% "
+            "off. Its gradient misses the reference by 3.7% of its length, with a "
+            "largest error of 9.19e-03: 569 of the 112,480 components still fail "
+            "at atol = 1e-3. Only a tolerance ten thousand times the default, "
+            "1e-2, would let one token of imbalance through.")),
     "ddp_parity.4": Question(
         "Two ranks join the skewed scenario (12 and 36 tokens), so W = 4, but "
         "their microbatches hold no supervised token (all prompt); they run "

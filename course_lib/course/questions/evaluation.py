@@ -131,8 +131,8 @@ QUESTIONS: dict[str, Question] = {
             "round-off; the mean of rank means weighs a token by 1 / (W N_r).")),
     "evaluation.predict_logging": Question(
         "The skewed window, 2 ranks: rank 0's microbatches hold N_0 = 31 "
-        "tokens with loss sum S_0 = 180.32, rank 1's N_1 = 56 tokens with "
-        "S_1 = 351.07. With average_tokens_across_devices=True, every rank's "
+        "tokens with loss sum S_0 = 180.324, rank 1's N_1 = 56 tokens with "
+        "S_1 = 351.074. With average_tokens_across_devices=True, every rank's "
         "num_items_in_batch is 87, the window's tokens over both ranks. "
         "Following the three lines above, what training loss does the Trainer "
         "log?", "number", _hf_train_loss,
@@ -140,11 +140,11 @@ QUESTIONS: dict[str, Question] = {
         "loss_scale = 2? and what does .mean() over the gathered ranks then "
         "do with that 2?", rel_tol=2e-3,
         reasoning=(
-            "The token mean, 531.39 / 87 = 6.108: rank r's loss is S_r / 87, "
-            "multiplied by loss_scale = W = 2, so rank 0 holds 2 * 180.32 / 87 = "
-            "4.145 and rank 1 holds 2 * 351.07 / 87 = 8.071; the log's .mean() over "
-            "the gathered ranks divides their sum by 2 again: (4.145 + 8.071) / 2 = "
-            "(S_0 + S_1) / 87. The factor W is chapter 03's, and the mean undoes it.")),
+            "The token mean, 531.398 / 87 = 6.1080: rank r's loss is S_r / 87, "
+            "multiplied by loss_scale = W = 2, so rank 0 holds 2 * 180.324 / 87 = "
+            "4.1454 and rank 1 holds 2 * 351.074 / 87 = 8.0707; the log's .mean() "
+            "over the gathered ranks divides their sum by 2 again: (S_0 + S_1) / 87. "
+            "The factor W is chapter 03's, and the mean undoes it.")),
     "evaluation.predict_logging_off": Question(
         "The same window with average_tokens_across_devices=False: every rank's "
         "num_items_in_batch is its own count, 31 on rank 0 and 56 on rank 1. "
@@ -154,9 +154,9 @@ QUESTIONS: dict[str, Question] = {
         "then, and what does .mean() over the two ranks make of it?", rel_tol=2e-3,
         reasoning=(
             "Without the flag the loss_scale block does not run, and each rank "
-            "divides by its own count: rank 0 holds 180.32 / 31 = 5.817 and rank 1 "
-            "351.07 / 56 = 6.269. The log's .mean() averages the two: (5.817 + "
-            "6.269) / 2 = 6.043, the mean of rank means, below the token mean 6.108 "
+            "divides by its own count: rank 0 holds 180.324 / 31 = 5.8169 and rank 1 "
+            "351.074 / 56 = 6.2692. The log's .mean() averages the two: (5.8169 + "
+            "6.2692) / 2 = 6.0430, the mean of rank means, below the token mean 6.1080 "
             "because rank 0's 31 tokens, with the lower loss, get half the say.")),
     "evaluation.predict_shard": Question(
         "The test split holds 256 sequences. On 3 ranks, how many sequences "

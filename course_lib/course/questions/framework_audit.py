@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from course_lib.core.verdicts import Verdict as Measured
 from course_lib.course.grading import Question, from_run
 
 
@@ -152,25 +151,24 @@ QUESTIONS: dict[str, Question] = {
             "version without the attribute ignores it, and its run shows exercise 3's "
             "formula).")),
     "framework_audit.5": Question(
-        "From 4.46.3 to 5.9 the Trainer's count takes every label, "
-        "labels.ne(-100), whatever the model class; the installed Trainer counts "
-        "a GPT-2 built from its config the same way. Take a collator that sets "
-        "each row's first label to -100. Write "
+        "The installed Trainer counts a GPT-2 built from its config before the "
+        "shift: labels.ne(-100) over every label. Your collator sets each row's "
+        "last label to -100 (the end of every sequence goes untrained). Write "
         "make_masked_trainer (the plain Trainer with that collator; uncomment the "
-        "lines) and, before you audit it on a GPT-2: what will the audit say of "
-        "its gradient, against the token mean?",
-        "choice", Measured.EXACT.value,
-        "which target reads a row's first label, once the model's loss has "
-        "shifted the labels? And how many labels does the count find once every "
-        "first label is -100?",
-        options=tuple(v.value for v in (Measured.EXACT, Measured.SCALED,
-                                          Measured.BIASED, Measured.RANKS_DISAGREE)),
+        "lines). Before you audit it on a GPT-2, on the chapter's window of 2 "
+        "ranks (8 rows, N = 87 supervised targets, R = 4, as printed for "
+        "world_size = 2): what c will the audit measure?",
+        "number", 79 / 83,
+        "which target reads a row's last label once the model's loss has shifted "
+        "the labels? Recount the targets and the labels the count takes, then "
+        "divide as the Trainer does", rel_tol=1e-3,
         reasoning=(
-            "exact: the model's loss scores position t on label t + 1, so no target "
-            "reads a row's first label, and setting it to -100 changes no target and "
-            "no loss. The count, labels.ne(-100) over every label, then finds N "
-            "instead of N + R, so each rank backprops W * S_r / N, the rule. The "
-            "masked collator fixes the count for a model whose forward takes it "
-            "(GPT-2 from 4.48); on 5.10.1 and later a Llama's count, labels[..., 1:], "
-            "never read the first label anyway.")),
+            "79 / 83 = 0.9518: the model's loss scores position t on label t + 1, so "
+            "a row's last label is a real target; masking it removes one target per "
+            "row, N = 87 - 8 = 79, and one label from the count, which takes every "
+            "label: 91 - 8 = 83 = 79 + R, R unchanged (no row's first label moved), "
+            "so every rank backprops W * S_r / 83 and c = 79 / 83 (the audit: scaled "
+            "x0.9518, counted before the shift). A mask moves the count and the "
+            "targets together everywhere but at a row's first label: only R, the "
+            "first labels counted and never scored, scales the gradient.")),
 }

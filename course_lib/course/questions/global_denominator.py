@@ -4,12 +4,31 @@ from __future__ import annotations
 
 from course_lib.course.grading import Question
 
+# 03: the chapter's toy gradients (its optimizer table), as the rule gives them
+TOY_GRADIENTS = ((0.5, -1.0, 2.0), (0.3, 0.2, -1.5), (-0.4, 0.9, 1.0))
+
+
+def _sgd_ratio(update: int, lr: float = 0.1, momentum: float = 0.9,
+               decay: float = 0.1) -> float:
+    """03: the first weight's trapped move over its right move on ``update``
+    (1-based), under torch.optim.SGD's rule, from w = 1: d = g + decay * w,
+    buf = momentum * buf + d (buf = d at first), w -= lr * buf."""
+    def moves(factor: float) -> list[float]:
+        w, buf, out = 1.0, 0.0, []
+        for k, grads in enumerate(TOY_GRADIENTS):
+            d = factor * grads[0] + decay * w
+            buf = d if k == 0 else momentum * buf + d
+            w -= lr * buf
+            out.append(lr * buf)
+        return out
+    return moves(0.5)[update - 1] / moves(1.0)[update - 1]
+
+
 QUESTIONS: dict[str, Question] = {
     "global_denominator.predict_factor": Question(
-        "Every rank r backprops its loss sum times one factor c, the same on "
-        "every rank: L_r = c * S_r. DDP averages the ranks' gradients. Which c "
-        "makes that average the gradient of the global token mean, "
-        "sum_r S_r / N?", "choice", "W / N",
+        "Every rank r backprops its loss sum times one factor c: L_r = c * S_r. "
+        "DDP averages the ranks' gradients. Which c makes that average the "
+        "gradient of the global token mean, sum_r S_r / N?", "choice", "W / N",
         "write DDP's average (1 / W) * sum_r of the gradient of c * S_r, and "
         "compare it with the gradient of sum_r S_r / N: what must c * (1 / W) "
         "equal?",
@@ -52,18 +71,24 @@ QUESTIONS: dict[str, Question] = {
             "is grad (S_0 + S_1) / 800. Taking W = 2, the ranks that hold "
             "tokens, would make every gradient two thirds of the right one.")),
     "global_denominator.2": Question(
-        "Plain SGD with lr = 0.1 and weight_decay = 0.1 (torch adds "
-        "weight_decay * w to the gradient before the step). One weight, w = 1.0, "
-        "whose gradient under the rule is 0.5. With the extra / accumulation of "
-        "2 microbatches, the weight's update is what fraction of its update "
-        "under the rule?", "number", (0.5 / 2 + 0.1) / (0.5 + 0.1),
-        "the trap halves the loss's gradient, not the decay term: write the "
-        "update lr * (g + weight_decay * w) for both",
+        "SGD with lr = 0.1, momentum = 0.9 and weight_decay = 0.1 (torch adds "
+        "weight_decay * w to the gradient before the momentum), on the chapter's "
+        "toy gradients right and trapped, from w = 1. Derive by hand the first "
+        "weight's trapped update over its right update on update 1 (its "
+        "gradient there is 0.5 under the rule); then run updates_of with this "
+        "optimizer to confirm it. What is that ratio on update 3?", "number",
+        lambda: _sgd_ratio(3),
+        "on update 1 the step is lr * (g + weight_decay * w) in both runs, and "
+        "the trap halves g, not the decay term; after that, build the optimizer "
+        "as a lambda, as in the chapter's table, and divide updates_of(make, "
+        "trapped) by updates_of(make, right)",
         reasoning=(
-            "SGD moves w by lr * (g + weight_decay * w): under the rule 0.1 * (0.5 + "
-            "0.1) = 0.06. With the trap the gradient halves but the decay term does "
-            "not, 0.1 * (0.25 + 0.1) = 0.035, and the ratio is 0.35 / 0.6 = 0.583, "
-            "not 0.5: with weight decay the trap is no longer a halved learning rate.")),
+            "Update 1 by hand: 0.1 * (0.5 + 0.1) = 0.06 under the rule, 0.1 * (0.25 + "
+            "0.1) = 0.035 with the trap, a ratio of 0.583, not 0.5: the trap halves "
+            "the loss's gradient, not the decay term. After that the weights differ, "
+            "so do their decay terms, and momentum carries them along: updates_of "
+            "gives 0.583, 0.601 and 0.754 on the first weight. With weight decay the "
+            "trap is no longer a halved learning rate, nor any one factor.")),
     "global_denominator.3": Question(
         "post_scale with the clip in the wrong place: every rank backprops its "
         "raw loss sums, and the loop calls clip_grad_norm_(params, "

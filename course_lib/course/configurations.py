@@ -1,0 +1,160 @@
+"""The configurations people train with (``--with``), as a chapter shows them.
+
+``describe()`` prints the committed table, ``data/frameworks-configurations.json``
+(``benchmarks/frameworks_matrix.py --configurations``): every option of
+``frameworks/options.py`` on every model and flag set, measured or not run
+with its reason. Rows a learner measured on their own versions
+(``audit_frameworks(..., uses=[...])``) replace the committed ones and are
+marked ``live``. The table itself is ``Configurations.lines``, which the
+site's page shows too; ``grouped=True`` reads the same rows as a chapter
+does, a line per configuration, against the plain framework's rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from course_lib.core.verdicts import Verdict
+from course_lib.frameworks import options
+from course_lib.frameworks.evidence import (
+    CONFIGURATION_HEAD,
+    UNMEASURED,
+    Configurations,
+    FrameworkRow,
+    Matrix,
+    _key,
+    finding,
+)
+from course_lib.jobs.frameworks import MISSING, FrameworksReport
+
+
+def describe(live: FrameworksReport | Sequence[FrameworkRow] | None = None,
+             framework: str | None = None, grouped: bool = False) -> str:
+    """The configurations' table as text: one line per configuration, state
+    and flag set (the models merged where their rows say the same), marked
+    live (measured here, on the versions installed) or committed.
+    ``grouped``: a line per configuration that trains what the plain
+    framework trains, the others in detail (``_grouped``)."""
+    doc = Configurations.committed()
+    rows = list(live.rows if isinstance(live, FrameworksReport) else live or ())
+    if grouped:
+        return _grouped(doc, rows, framework)
+    lines = doc.lines(rows, framework)
+    cells = [CONFIGURATION_HEAD, *(line.cells for line in lines)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(CONFIGURATION_HEAD) - 1)]
+    versions = sorted({f"{p} {v}" for r in doc.rows for p, v in r.stack.items()})
+    mine = [r for r in rows if r.uses]
+    here = sorted({f"{p} {v}" for r in mine for p, v in r.stack.items()})
+    tally = Counter(line.verdict.split(" x")[0] for line in lines)
+    head = [f"The configurations (--with), each on the skewed window: the gradient of the "
+            f"first optimizer step vs the token mean. {len(lines)} lines: "
+            + ", ".join(f"{n} {v}" for v, n in tally.items()) + ".",
+            f"committed: {Configurations.path().name} ({doc.date}; {', '.join(versions)})",
+            f"live: {len(mine)} rows ({', '.join(here)})" if mine else
+            "live: none (audit_frameworks(..., uses=[...]) measures them here)"]
+    table = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  "
+             + row[-1] for row in cells]
+    return "\n".join([*head, *table])
+
+
+# --- grouped: what a configuration changes, against the plain framework ---------------
+
+PLAIN = {"hf": "the plain Trainer", "trl": "the plain SFTTrainer"}
+PACKAGE = {"hf": "transformers"}
+
+
+def _said(row: FrameworkRow) -> tuple[str, str]:
+    """(verdict, formula) as the table writes them."""
+    verdict = str(row.verdict)
+    if row.verdict == Verdict.SCALED and row.factor:
+        verdict = f"scaled x{row.factor:.4g}"
+    return verdict, finding(row)
+
+
+def _own_flags(row: FrameworkRow) -> str:
+    """The framework's own flags: those no option of the row set."""
+    set_by: set[str] = set()
+    for name, state in row.uses.items():
+        if name in options.OPTIONS:
+            set_by |= set(options.OPTIONS[name].flags(state))
+    own = {k: v for k, v in row.flags.items() if k not in set_by}
+    return "; ".join(f"{k}={v}" for k, v in own.items()) or "defaults"
+
+
+def _short(reason: str) -> str:
+    """A not-run reason in a few words: the missing package, or its first clause."""
+    if reason.startswith(MISSING):
+        package = re.search(r"([A-Za-z][\w.-]*)\s*>=", reason)
+        return f"{package.group(1) if package else 'a package'} not installed"
+    head, _, rest = reason.partition(": ")
+    text = rest if rest and " " not in head else reason
+    return text.split(": ")[0]
+
+
+def _states(states: list[str]) -> str:
+    """Several states of one setting as one: use_reentrant=default|True|False."""
+    keys = {state.partition("=")[0] for state in states}
+    if len(states) > 1 and len(keys) == 1 and all(
+            "=" in state and ";" not in state and "," not in state for state in states):
+        return f"{keys.pop()}=" + "|".join(state.partition("=")[2] for state in states)
+    return " | ".join(states)
+
+
+def _grouped(doc: Configurations, live: Sequence[FrameworkRow],
+             framework: str | None) -> str:
+    """A line per configuration whose every row says what the plain
+    framework's row says on the same version, model and flags (the live
+    rows, else the committed version matrix); the others a line per state
+    and flag set, with the window's counts (a collator changes the data);
+    not run, with its reason in a few words."""
+    plain = {(r.framework, r.version, r.model, _own_flags(r)): _said(r)
+             for r in [*Matrix.committed().rows, *live] if not r.uses}
+    found: dict[tuple[str, str, str, str], FrameworkRow] = {_key(r): r for r in doc.rows}
+    found.update({_key(r): r for r in live if r.uses})
+    groups: dict[tuple[str, str], dict[str, list[FrameworkRow]]] = {}
+    for r in found.values():
+        if framework is None or r.framework == framework:
+            states = groups.setdefault((r.framework, "+".join(r.uses)), {})
+            state = "; ".join(",".join(f"{k}={v}" for k, v in s.items())
+                              if isinstance(s, dict) else str(s) for s in r.uses.values())
+            states.setdefault(state, []).append(r)
+    every = [r for rs in groups.values() for state in rs.values() for r in state]
+    models = sorted({r.model for r in every})
+    flags = sorted({_own_flags(r) for r in every})
+    versions = sorted({f"{PACKAGE.get(r.framework, r.framework)} {r.version}" for r in every})
+    mine = sum(r.uses != {} for r in live)
+    lines = [f"The --with configurations on the skewed window ({', '.join(versions)}; "
+             f"committed {doc.date}{f', {mine} rows live' if mine else ''}),",
+             f"against the plain framework's rows: {len(models)} models "
+             f"({', '.join(models)}) x {len(flags)} flag settings"]
+    width = max((len(c) for _, c in groups), default=0)
+    for (fw, configuration), states in groups.items():
+        rows = [r for rs in states.values() for r in rs]
+        head = f"  {configuration:<{width}}  "
+        if all(r.verdict not in UNMEASURED and plain.get(
+                (r.framework, r.version, r.model, _own_flags(r))) == _said(r) for r in rows):
+            both = (f"on {'both' if len(models) == 2 else 'all'} models and "
+                    f"{'both' if len(flags) == 2 else 'all'} flag settings")
+            lines.append(f"{head}{_states(list(states))}: same as "
+                         f"{PLAIN.get(fw, f'plain {fw}')} {both}")
+            continue
+        if all(r.verdict in UNMEASURED for r in rows):
+            why = dict.fromkeys(_short(r.reason or "no reason recorded") for r in rows)
+            lines.append(f"{head}{_states(list(states))}: {rows[0].verdict}, "
+                         + "; ".join(why))
+            continue
+        for state, rs in states.items():
+            counts = dict.fromkeys(f"N = {r.counts.N}, R = {r.counts.R}"
+                                   for r in rs if r.counts)
+            lines.append(f"{head}{state}: " + " | ".join(counts))
+            for flag in dict.fromkeys(_own_flags(r) for r in rs):
+                said: dict[tuple[str, str], list[str]] = {}
+                for r in rs:
+                    if _own_flags(r) == flag:
+                        said.setdefault(_said(r), []).append(r.model)
+                for i, ((verdict, formula), ms) in enumerate(said.items()):
+                    lines.append(f"    {flag if i == 0 else '':<{max(map(len, flags))}}  "
+                                 f"{', '.join(ms):<11} {verdict:<15} {formula}")
+    return "\n".join(lines)

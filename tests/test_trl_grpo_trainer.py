@@ -1,0 +1,109 @@
+"""TRL's real GRPOTrainer under torchrun: the committed table
+(``data/trl-grpo-trainer.json``) covers every loss type the installed TRL
+offers, its references agree with the course's recipes, and a real 2-rank
+run of the cheapest case reproduces its committed row."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from course_lib.core.verdicts import Verdict
+from course_lib.frameworks import installed
+from course_lib.frameworks import trl_grpo_trainer as grpo
+from course_lib.jobs.trl_grpo import DETAILS, TrainerData, describe, trl_grpo_trainer
+
+MEASURED = {Verdict.EXACT, Verdict.SCALED, Verdict.BIASED, Verdict.RANKS_DISAGREE}
+OTHERS = {"verl", "OpenRLHF"}
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return TrainerData.committed()
+
+
+def test_the_committed_table_covers_every_case_of_the_installed_trl(committed):
+    wanted = {(c.trainer, c.loss_type) for c in grpo.cases()}
+    rows = {(r.trainer, r.loss_type): r for r in committed.run.rows}
+    assert wanted and set(rows) == wanted, "a loss type of the installed TRL is missing"
+    assert committed.stack["trl"] == installed("trl"), "measured with another TRL"
+    for r in rows.values():
+        if r.verdict not in MEASURED:
+            assert r.verdict == Verdict.NOT_RUN and r.reason, (r.loss_type, r.verdict)
+            continue
+        # every rank compared, each fed its own count of completion tokens
+        assert [x.rank for x in r.ranks] == [0, 1] and len(r.tokens) == 2
+        assert len({sum(t) for t in r.tokens}) == 2, "equal counts cannot show a local one"
+        assert len(r.trains) <= 1, f"{r.loss_type}: the objectives do not separate"
+        assert (r.claim is None) == (r.claim_verdict is None)
+        assert (r.verdict == Verdict.EXACT) == ("token_mean" in r.trains)
+    assert {r.framework for r in committed.others} == OTHERS
+    assert all(r.verdict == Verdict.NOT_RUN and r.reason for r in committed.others)
+
+
+def test_the_brief_table_keeps_a_phrase_of_each_reason_and_points_to_the_rest(committed):
+    """Chapter 09's table: a not-run row keeps its reason's conclusion on one
+    short line and names the file holding the whole of it; every column has
+    a legend line."""
+    full, brief = describe(committed.rows), describe(committed.rows, brief=True)
+    assert DETAILS not in full
+    for r in committed.others:
+        name = r.trainer or r.framework
+        line = next(x for x in brief.splitlines() if x.strip().startswith(name))
+        assert DETAILS in line and len(line) < 140, line
+        words = line.split("not run", 1)[1].split("(in full")[0].split()
+        assert words and " ".join(words) in r.reason, line
+    header = brief.splitlines()[0]
+    for column in ("vs token mean", "max err", "claim", "vs claim", "trains", "recipe",
+                   "tokens per rank"):
+        assert column in header and any(x.strip().startswith(column) or f", {column}" in x
+                                        for x in brief.splitlines()[1:]), column
+
+
+def test_the_loss_types_are_the_ones_grpoconfig_documents():
+    from trl import GRPOConfig
+
+    found = grpo.loss_types()
+    spec = {f.name: f for f in dataclasses.fields(GRPOConfig)}["loss_type"]
+    assert spec.default in found  # the default loss type, dapo in 1.16.0
+    assert all(f"'{t}'" in spec.metadata["help"] for t in found), found
+
+
+def _record(seed=0):
+    """2 ranks x 2 microbatches of random terms, uneven masks (float64)."""
+    g = torch.Generator().manual_seed(seed)
+    record = []
+    for lengths in (((1, 3), (4, 2)), ((5, 2), (8, 7))):
+        rank = []
+        for micro in lengths:
+            mask = (torch.arange(8)[None] < torch.tensor(micro)[:, None]).double()
+            rank.append((torch.randn(len(micro), 8, generator=g, dtype=torch.float64), mask))
+        record.append(rank)
+    return record
+
+
+@pytest.mark.parametrize(("loss_type", "objective"), [
+    ("dapo", "token_mean"), ("bnpo", "microbatch_means"), ("grpo", "sequence_means"),
+    ("dr_grpo", "constant")])
+def test_each_reference_is_the_course_recipe_of_its_loss_type(loss_type, objective):
+    record = _record()
+    want = grpo.recipe_loss(loss_type, record, 8)
+    assert torch.allclose(grpo.objective(objective, record, 8), want, rtol=1e-12, atol=0)
+    # and no other objective equals it on this uneven record
+    others = [n for n in grpo.OBJECTIVES if n != objective
+              and torch.allclose(grpo.objective(n, record, 8), want, rtol=1e-6)]
+    assert not others, others
+
+
+@pytest.mark.torchrun
+def test_the_real_trainer_reproduces_the_cheapest_committed_row(cfg, tmp_path, committed):
+    measured = [r for r in committed.run.rows if r.verdict in MEASURED]
+    cheapest = min(measured, key=lambda r: r.seconds["trained"])
+    report = trl_grpo_trainer(cfg, tmp_path, [grpo.Case(cheapest.trainer, cheapest.loss_type)],
+                              world_size=2, backend="gloo", device="cpu")
+    (row,) = report.rows
+    assert report.world_size == 2 and [x.rank for x in row.ranks] == [0, 1]
+    assert len({sum(t) for t in row.tokens}) == 2, row.tokens
+    assert (row.verdict, row.claim_verdict, row.trains, row.recipe) == (
+        cheapest.verdict, cheapest.claim_verdict, cheapest.trains, cheapest.recipe)
+    assert all("not found" not in line for line in report.hooked), report.hooked
