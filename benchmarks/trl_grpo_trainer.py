@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # imported late: the venv probes need none of it
     from course_lib.frameworks.evidence import TrainerRow
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = "dapo"  # TRL's default loss type
 INSTALL_TIMEOUT = 600  # seconds for one pip install
 
 # What runs in the throwaway venv once the package is installed: its version,
@@ -159,7 +158,7 @@ def others(today: str, probe: bool) -> list[TrainerRow]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help=f"loss_type {QUICK} only; data/ is left as it is")
+                        help="TRL's default loss type only; data/ is left as it is")
     parser.add_argument("--others", action="store_true",
                         help="also try to pip-install verl and OpenRLHF (minutes)")
     parser.add_argument("--out", default=None, help="the launch's run directory "
@@ -171,7 +170,7 @@ def main() -> int:
     from course_lib.jobs.frameworks import stack
 
     cfg = course_lib.load_config(ROOT / "configs" / "minimum.yaml")
-    cases = [c for c in grpo.cases() if not args.quick or c.loss_type == QUICK]
+    cases = [grpo.default_case()] if args.quick else grpo.cases()
     today = datetime.date.today().isoformat()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="course-trl-grpo-") as tmp:

@@ -40,7 +40,6 @@ _EXPORTS: dict[str, str] = {
     "flat_grad": "course_lib.core.reference:flat_grad",
     "token_reference": "course_lib.core.reference:token_reference",
     "err_bound": "course_lib.reports.numbers:err_bound",
-    "normalize": "course_lib.core.normalize",
     # 04 DDP parity
     "objectives": "course_lib.core.objectives",
     "parity": "course_lib.jobs.parity:parity",
@@ -87,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "world_size_sequences": "course_lib.checks.world_size:sequences",
     # 05 the bug lab: the bugs by family, and one bug read three ways
     "bug_tour": "course_lib.course.bug_tour:tour",
+    "show_layouts": "course_lib.course.bug_tour:show_layouts",  # the invariance checks' layouts
     # 09 choose the unit
     "packing_of": "course_lib.rank.harness:packing_of",
     # 09 choose the unit: the steps of any objective, objective_global's source
@@ -98,6 +98,11 @@ _EXPORTS: dict[str, str] = {
     # 10 capstone
     "capstone_check": "course_lib.jobs.capstone:check",
     "describe_capstone": "course_lib.jobs.capstone:describe",
+    # what every chapter prints in the learner's language: the placement, 05's
+    # step table, the line that asks for a value the learner has not set
+    "describe_placement": "course_lib.course.api:describe_placement",
+    "step_table": "course_lib.course.api:step_table",
+    "unset": "course_lib.course.api:unset",
     # the whole protocol and its summary table (course-lib run-all), and the reports
     "run_all": "course_lib.course.api:run_all",
     "reports": "course_lib.reports",

@@ -30,17 +30,24 @@ def marked() -> set[str]:
 
 def vocabularies() -> set[str]:
     """The words from the code's own lists that a learner reads: the quiz's
-    options (but code names and formulas), the schemes' legends, and the
-    verdicts and formula names the figures write (each shown through ``tr``)."""
+    options (but code names and formulas), the schemes' legends, the
+    verdicts and formula names the figures write, the step functions'
+    descriptions (chapter 05's table) and the exercise's scenario names
+    (each shown through ``tr``)."""
+    from course_lib.core.config import load
     from course_lib.core.verdicts import Verdict
     from course_lib.course.style import LABELS
     from course_lib.frameworks.candidates import CANDIDATES
     from course_lib.jobs.frameworks_logging import VERDICTS
+    from course_lib.steps import BUILTIN
 
     options = {o for q in quiz.QUESTIONS.values() for o in q.choices()
                if not grading.neutral(o)}
+    exercise = load(paths.config_path("exercise")).exercise
+    assert exercise is not None
     return options | set(LABELS.values()) | {str(v) for v in Verdict} | {
-        c.name for c in CANDIDATES} | set(VERDICTS)
+        c.name for c in CANDIDATES} | set(VERDICTS) | {
+        s.description for s in BUILTIN.values()} | {sc.name for sc in exercise.scenarios}
 
 
 def learner_strings() -> set[str]:
@@ -176,9 +183,128 @@ def test_the_summary_speaks_one_language_a_line(monkeypatch, tmp_path):
     monkeypatch.setenv(edition.ENV, "fr")
     french = api.summary(tmp_path).splitlines()
     assert len(french) == len(english) == 8
-    assert french[0] == "Bilan\u00a0: 2 rangs, gloo sur cpu (pas le chemin de référence NCCL)"
+    assert french[0] == "Bilan\u00a0: 2 rangs, gloo sur CPU (pas le chemin de référence NCCL)"
     templates = _templates_of(api)
     for line in french:
         assert not [e for e, p in templates if p.search(line)], line
         assert not re.search(r"\d\.\d|\b(of|over|vs|in|ranks|untrained|True|False)\b", line)
     assert "110\u202f284 violations" in french[2] and "35,44\u00a0%" in french[6]
+
+
+# --- what the chapters print from the engine (issue 30) ---------------------------------
+
+
+def test_the_placement_line_speaks_the_edition(monkeypatch):
+    """Every chapter prints where its launches run: the run layer's text in
+    English, byte for byte, and French in the French edition."""
+    from course_lib.run.placement import Placement
+
+    monkeypatch.delenv(edition.ENV, raising=False)
+    placements = [Placement("gloo", "cpu", 2), Placement("gloo", "cpu", 1),
+                  Placement("nccl", "cuda", 4), Placement("gloo", "cuda", 2)]
+    for p in placements:
+        assert api.describe_placement(p) == p.describe()
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = [api.describe_placement(p) for p in placements]
+    assert french[0] == ("2 rangs, gloo sur CPU (pas le chemin de référence NCCL\u00a0: "
+                         "une doublure CPU/gloo)")
+    assert french[1].startswith("1 rang, gloo sur CPU (pas ")
+    assert french[2] == "4 rangs, nccl sur cuda (le chemin de référence NCCL)"
+    assert not [line for line in french if re.search(r"\b(rank|on|not|the|path)\b", line)]
+
+
+def _r1_reports(out: Path) -> None:
+    """The three reports chapter 07's r1 table reads."""
+    from course_lib.core.evaluate import Score
+    from course_lib.jobs.evaluate import EvaluationReport
+    from course_lib.jobs.resume import ResumeReport
+
+    header = {"world_size": 2, "backend": "gloo", "device": "cpu", "dtype": "float32",
+              "nccl_reference_path": False, "torch": "2.x"}
+    ParityReport(**header, compared_values=112_480, atol=1e-6, rtol=1e-4, step=0,
+                 local_tokens=[12, 36], global_tokens=48, window_loss_per_token=1.0,
+                 modes={"global_token": Comparison(7.45e-9, True, 0),
+                        "mean_of_means": Comparison(6.43e-3, False, 110_284)},
+                 no_sync={}, grad_sample=GradSample([], [], [], []), passed=True,
+                 control="mean_of_means").save(out)
+    ResumeReport(**header, step=100, resumed_from_step=50, compared_values=112_480,
+                 max_abs_param_diff=0.0, identical=True, resumed="r", continuous="c",
+                 ablations={}, every_ablation_matters=True).save(out)
+    EvaluationReport(device="cpu", backend="gloo", checkpoint="c", step=100,
+                     test_sequences=256, test_tokens=16_971, loss_per_token=1.6076,
+                     token_accuracy=0.3544, entropy_floor=1.5324, bayes_accuracy=0.3772,
+                     untrained=Score(3.6825, 0.0253), above_floor_by=0.075).save(out)
+
+
+# Chapter 07's r1 table as the English edition printed it before the catalog
+# carried it (the text repr; the HTML is built from the same cells).
+R1_TABLE_EN = """\
+quantity               r1             this course  why they differ
+gradient values        282,628        112,480      a smaller model
+parity, W*S_r/N        3.73e-08 PASS  < 1e-7 PASS  gloo on CPU: another summation order
+parity, mean of means  0.0216 FAIL    0.0064 FAIL  another model and data
+resume at step 100     0.0 exactly    0.0 exactly  same verdict: bit for bit
+test tokens            18,231         16,971       another corpus; ours counts the L - 1 \
+targets of its 256 sequences (17,227 if counted as L)
+test loss per token    1.315          1.608        another corpus: ours is a Markov source, \
+floor 1.532
+token accuracy         36.2%          35.4%        another corpus: ours expects at best \
+37.7% (Bayes: always its likeliest successor)"""
+
+
+def test_the_r1_table_speaks_the_edition(monkeypatch, tmp_path):
+    from course_lib.course import reconcile
+
+    _r1_reports(tmp_path)
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert repr(reconcile.table(tmp_path)) == R1_TABLE_EN
+    monkeypatch.setenv(edition.ENV, "fr")
+    table = reconcile.table(tmp_path)
+    french = repr(table).splitlines()
+    assert " ".join(french[0].split()) == "grandeur r1 ce cours pourquoi ils diffèrent"
+    assert "<th" in table._repr_html_() and "pourquoi ils diffèrent" in table._repr_html_()
+    templates = _templates_of(reconcile)
+    for line in french:
+        assert not [e for e, p in templates if p.search(line)], line
+        assert not re.search(r"\d\.\d|\b(PASS|FAIL|exactly|another|ours|of|if)\b", line), line
+    nnbsp, nbsp = "\u202f", "\u00a0"
+    assert f"282{nnbsp}628" in french[1] and "0,0216 ÉCHEC" in french[3]
+    assert "3,73e-08 RÉUSSITE" in french[2] and "0,0 exactement" in french[4]
+    assert f"36,2{nbsp}%" in french[7] and f"37,7{nbsp}%" in french[7]
+
+
+def _step_table_before() -> str:
+    """Chapter 05's table as the chapter's own cell wrote it, in English."""
+    from course_lib.steps import BUILTIN
+
+    status = {"correct": "the course"}
+    rows = [f"| `{name}` | {status.get(info.kind, 'under test')}"
+            f" | {info.description} |" for name, info in BUILTIN.items()]
+    return "\n".join(["| step function | status | what it does |", "|---|---|---|", *rows])
+
+
+def test_the_step_table_speaks_the_edition(monkeypatch):
+    from course_lib.steps import BUILTIN
+
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert api.step_table() == _step_table_before()
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = api.step_table().splitlines()
+    fr = edition.catalog("fr")
+    assert french[0] == "| fonction step | statut | ce qu'elle fait |"
+    assert len(french) == 2 + len(BUILTIN)
+    for line, (name, info) in zip(french[2:], BUILTIN.items(), strict=True):
+        assert line.startswith(f"| `{name}` | ")
+        assert info.description not in line, line
+        assert ("le cours" if info.kind == "correct" else "à l'essai") in line
+        assert fr[info.description].split(" ", 1)[0] in line
+    assert not [line for line in french if re.search(r"\b(the|under|each|counted)\b", line)]
+
+
+def test_a_cells_reminder_speaks_the_edition(monkeypatch):
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert api.unset("t_target") == "set t_target above, then run the cell again"
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = api.unset("t_target")
+    assert "t_target" in french and "cellule" in french
+    assert not re.search(r"\b(set|above|then|run|the|cell|again)\b", french)

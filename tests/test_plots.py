@@ -68,8 +68,8 @@ def _exercise() -> ExerciseReport:
                               {"global_token": 1e-9, "mean_of_means": err * 10})
         return Scenario(name, tokens, [1.0, 3.0], [float(tokens[0]), 3.0 * tokens[1]],
                         2.0, 2.5, ModelLosses([40.0, 130.0], 3.5754, 3.5789), grads)
-    return ExerciseReport(**HEADER, scenarios=[scenario("a", [12, 12], 1e-9),
-                                               scenario("b", [12, 36], 0.077)],
+    return ExerciseReport(**HEADER, scenarios=[scenario("balanced", [12, 12], 1e-9),
+                                               scenario("skewed", [12, 36], 0.077)],
                           atol=1e-6, rtol=1e-4)
 
 
@@ -150,11 +150,12 @@ def _english_templates() -> list[tuple[str, re.Pattern]]:
 
 # Words that only English writes: a text in the French figures that holds
 # one outside code (opt.step(), weight=<tokens>) was never translated,
-# marked or not.
+# marked or not. French keeps "bucket" as it keeps token and microbatch (its
+# prose says "bucket", not "seau").
 CODE = re.compile(r"\S*[._()=<>\[\]]\S*")
 ENGLISH = re.compile(r"\b(the|of|and|per|with|each|every|rank|ranks|step|mean|means|"
                      r"weight|loss|shown|sampled|after|update|window|untrained|trained|"
-                     r"passes|fails|waits|exactly|best|guess|floor|bucket|layers|"
+                     r"passes|fails|waits|exactly|best|guess|floor|layers|"
                      r"time|start|right|trapped|closest|same|share|run)\b")
 
 
@@ -188,3 +189,52 @@ def test_the_english_figures_keep_their_words(monkeypatch):
     monkeypatch.delenv(edition.ENV, raising=False)
     assert "What one token of each rank weighs" in texts(widgets.TokenExplorer().fig)
     assert "1,234 violations" in " ".join(texts(plots.parity_scatter(_parity())))
+
+
+def test_the_figures_name_things_as_the_prose_does(monkeypatch):
+    """04's scenarios, 07's logged rows and Bayes' accuracy, 00's buckets: the
+    words the chapters' prose uses, in each edition."""
+    from course_lib.jobs.frameworks_logging import LoggingData
+
+    def shown(figure) -> str:
+        return "\n".join(texts(figure))
+
+    monkeypatch.delenv(edition.ENV, raising=False)
+    english = shown(plots.evaluation(_evaluation()))
+    assert "Bayes (expected) 38.00%" in english and "best possible" not in english
+    assert "skewed 12/36" in shown(plots.exercise(_exercise()))
+    monkeypatch.setenv(edition.ENV, "fr")
+    assert "Bayes (espérée) 38,00\u00a0%" in shown(plots.evaluation(_evaluation()))
+    exercise = shown(plots.exercise(_exercise()))
+    assert "équilibré 12/12" in exercise and "déséquilibré 12/36" in exercise
+    logged = shown(plots.logged_values(LoggingData.committed().run))
+    assert "HF Trainer\u00a0: " in logged and "HF Trainer: " not in logged
+    assert "batch_size déduit" in logged and "inferred" not in logged
+    assert "[somme, compte]" in logged and "décompte" not in logged
+    assert "la formule à laquelle la valeur est égale" in logged
+    ddp = shown(plots.ddp_step())
+    assert "bucket 1" in ddp and "seau" not in ddp
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+def test_the_ddp_step_boxes_hold_their_text(language, monkeypatch):
+    """00's figure: each box's text stays inside its box, in either edition."""
+    from matplotlib.patches import FancyBboxPatch
+
+    monkeypatch.setenv(edition.ENV, language)
+    fig = plots.ddp_step()
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    ax = fig.axes[0]
+    boxes = [p.get_window_extent(renderer) for p in ax.patches
+             if isinstance(p, FancyBboxPatch)]
+    held = 0
+    for text in ax.texts:
+        e = text.get_window_extent(renderer)
+        x, y = (e.x0 + e.x1) / 2, (e.y0 + e.y1) / 2
+        for b in boxes:
+            if b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1:
+                held += 1
+                assert b.x0 < e.x0 and e.x1 < b.x1 and b.y0 < e.y0 and e.y1 < b.y1, (
+                    f"{text.get_text()!r} overflows its box")
+    assert held == len(boxes), "a box without its text"

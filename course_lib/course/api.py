@@ -35,6 +35,8 @@ from course_lib.jobs.recipes import RecipesReport
 from course_lib.jobs.resume import ResumeReport, resume_check
 from course_lib.jobs.train import stop_and_continuous
 from course_lib.reports.store import Report
+from course_lib.run.placement import Placement
+from course_lib.steps import BUILTIN
 
 
 def load_config(path: str | Path | None = None) -> Config:
@@ -110,6 +112,39 @@ def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
     resume_check(cfg, out, resume=True, **kw)
     evaluate_run(cfg, out, checkpoint.step_dir(out, cfg.train.updates), data_dir)
     return summary(out)
+
+
+# --- what a chapter prints from the engine ------------------------------------------
+
+
+def _device(device: str) -> str:
+    """The device as the edition names it (French writes CPU)."""
+    return tr("cpu") if device == "cpu" else device
+
+
+def describe_placement(p: Placement) -> str:
+    """``Placement.describe`` in the edition: where the chapter's launches run.
+    The run layer's own text stays English (the CLI and the logs print it)."""
+    what = tr("1 rank(s), {backend} on {device}") if p.world_size == 1 else tr(
+        "{ranks} rank(s), {backend} on {device}")
+    what = what.format(ranks=p.world_size, backend=p.backend, device=_device(p.device))
+    if p.nccl_reference_path:
+        return what + tr(" (the NCCL reference path)")
+    return what + tr(" (not the NCCL reference path: a CPU/gloo stand-in)")
+
+
+def step_table() -> str:
+    """Chapter 05's table of the built-in step functions, as Markdown: the
+    course's designs, and the others under test until the audit runs."""
+    rows = [f"| `{name}` | {tr('the course') if info.kind == 'correct' else tr('under test')}"
+            f" | {tr(info.description)} |" for name, info in BUILTIN.items()]
+    head = "| {} | {} | {} |".format(tr("step function"), tr("status"), tr("what it does"))
+    return "\n".join([head, "|---|---|---|", *rows])
+
+
+def unset(name: str) -> str:
+    """What a cell prints while the learner's ``name`` is still None."""
+    return tr("set {name} above, then run the cell again").format(name=name)
 
 
 # --- the closing table ---------------------------------------------------------------
@@ -247,7 +282,7 @@ def summary(out: Path, sections: tuple[str, ...] = PROTOCOL) -> str:
     p = loaded.get("parity")
     if isinstance(p, ParityReport):
         header = tr("{ranks} ranks, {backend} on {device}").format(
-            ranks=p.world_size, backend=p.backend, device=p.device) + (
+            ranks=p.world_size, backend=p.backend, device=_device(p.device)) + (
             "" if p.nccl_reference_path else tr(" (not the NCCL reference path)"))
     width = max(len(r[0]) for r in rows)
     lines = [tr("Summary: {header}").format(header=header)]

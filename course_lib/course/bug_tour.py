@@ -9,7 +9,11 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_lib.checks.world_size import sequences as world_size_sequences
+from course_lib.core.config import Config
+from course_lib.core.data import Corpus
 from course_lib.jobs.audit import AuditReport, BugsReport
+from course_lib.rank import harness
 from course_lib.reports.numbers import err_bound
 from course_lib.steps import BUILTIN
 
@@ -39,6 +43,34 @@ RULE_LOOP = """
             loss = loss_sum(model(inputs), labels) * (world_size / n)
             loss.backward()
 """
+
+
+def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
+    """The layouts of the three invariance checks, as the checks build them:
+    each microbatch shown by its supervised tokens (16 one-sequence
+    microbatches by their total)."""
+    def tokens(micro: list[int]) -> int:  # L - 1 targets per sequence
+        return sum(len(corpus.sequences[i]) - 1 for i in micro)
+
+    def per_rank(layout: harness.Layout) -> str:
+        return "; ".join(f"rank {r}: {[tokens(mb) for mb in rank]}" if len(rank) <= 4
+                         else f"rank {r}: {len(rank)} x 1, {sum(map(tokens, rank))}"
+                         for r, rank in enumerate(layout))
+
+    print("accumulation_invariance: the parity window, A microbatches x B seqs")
+    for name, layout in harness.accumulation_layouts(window).items():
+        print(f"  {name:<15} {per_rank(layout)}")
+    print("permutation_invariance: the parity window, dealt to other ranks")
+    # the check shuffles with the config's seed + 30
+    for name, layout in harness.permuted_layouts(window, corpus, cfg.seed + 30).items():
+        print(f"  {name:<15} {per_rank(layout)}")
+    ids = world_size_sequences(cfg, corpus)
+    size = cfg.train.batch_size_per_rank
+    print(f"world_size_invariance: {len(ids)} other sequences, microbatches of {size}")
+    for w in (1, 2, 4):
+        layout = harness.world_size_layout(ids, w, size)
+        print(f"  W={w}: {w} rank(s) x {len(layout[0])} microbatch(es),"
+              f" tokens per rank {[sum(map(tokens, rank)) for rank in layout]}")
 
 
 @dataclass(frozen=True)

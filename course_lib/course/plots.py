@@ -262,7 +262,7 @@ def evaluation(report: EvaluationReport, vocab: int | None = None,
     ceiling = getattr(report, "bayes_accuracy", None) or report.extra.get("bayes_accuracy")
     if ceiling:
         right.axhline(100 * ceiling, color=COLORS["floor"], ls="--",
-                      label=tr("best possible {value}").format(
+                      label=tr("Bayes (expected) {value}").format(
                           value=number(ceiling, ".2%")))
         right.set_ylim(0, 100 * ceiling * 1.25)  # room for the legend
         right.legend(frameon=False, loc="upper left")
@@ -279,7 +279,7 @@ def exercise(report: ExerciseReport) -> Figure:
     gradient moves by half. A share under 1e-6 is rounding: a hollow marker."""
     fig, (ax,) = _figure(height=3.6)
     floor = 1e-6  # a share under it is rounding: drawn at the floor, labelled
-    names = [sc.name + " " + "/".join(map(str, sc.tokens)) for sc in report.scenarios]
+    names = [tr(sc.name) + " " + "/".join(map(str, sc.tokens)) for sc in report.scenarios]
     loss = [abs(sc.model.mean_of_means - sc.model.global_mean) / sc.model.global_mean
             for sc in report.scenarios]
     grad = [sc.gradients.relative_err["mean_of_means"] for sc in report.scenarios]
@@ -717,8 +717,11 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
                 .replace("first step, on_step", tr("on_step, first step"))
                 .replace("MeanMetric.update(loss, weight=<tokens>), on_epoch",
                          "MeanMetric(weight=<tokens>)")
-                .replace("epoch, MeanMetric", "on_epoch, MeanMetric"))
-        return (f"{names.get(r.framework, r.framework)}: {text}"
+                .replace("epoch, MeanMetric", "on_epoch, MeanMetric")
+                .replace("batch_size inferred", tr("batch_size inferred"))
+                .replace("per-sample [sum, count]", tr("per-sample [sum, count]")))
+        return (tr("{framework}: {text}").format(
+            framework=names.get(r.framework, r.framework), text=text)
                 + (tr("  (recipe)") if r.recipe else ""))
 
     fig = Figure(figsize=(WIDTH, 0.32 * len(rows) + 1.7), layout="constrained")

@@ -13,7 +13,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from course_lib.course.api import EvaluationReport
-from course_lib.course.edition import number
+from course_lib.course.edition import decimal, marks, number, tr
 from course_lib.jobs.parity import ParityReport
 from course_lib.jobs.resume import ResumeReport
 from course_lib.reports.numbers import err_bound
@@ -27,7 +27,9 @@ class Row:
     why: str
 
 
-HEADER = Row("quantity", "r1", "this course", "why they differ")
+def header() -> Row:
+    """The columns' names, in the edition (r1 is the reference run's name)."""
+    return Row(tr("quantity"), "r1", tr("this course"), tr("why they differ"))
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,10 @@ class Table:
                             for c in astuple(row))
             return f"<tr>{cells}</tr>"
         body = "".join(line(r, "td") for r in self.rows)
-        return f"<table><thead>{line(HEADER, 'th')}</thead><tbody>{body}</tbody></table>"
+        return f"<table><thead>{line(header(), 'th')}</thead><tbody>{body}</tbody></table>"
 
     def __repr__(self) -> str:
-        every = [astuple(r) for r in (HEADER, *self.rows)]
+        every = [astuple(r) for r in (header(), *self.rows)]
         widths = [max(len(row[i]) for row in every) for i in range(len(every[0]))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)
                                    ).rstrip() for row in every)
@@ -67,19 +69,21 @@ def rows(out: Path) -> list[Row]:
     p = ParityReport.load(out)
     r = ResumeReport.load(out)
     e = EvaluationReport.load(out)
-    verdict = "PASS" if p.correct.allclose else "FAIL"
-    control = "FAIL" if not p.control_mode.allclose else "PASS"
+    verdict = tr("PASS") if p.correct.allclose else tr("FAIL")
+    control = tr("FAIL") if not p.control_mode.allclose else tr("PASS")
+    exactly = tr("{diff} exactly")
     return [
-        Row("gradient values", number(R1["compared_values"]), number(p.compared_values),
-            "a smaller model"),
-        Row("parity, W*S_r/N", f"{R1['parity_correct']:.2e} PASS",
-            f"{err_bound(p.correct.max_abs_err)} {verdict}",
-            "gloo on CPU: another summation order"),
-        Row("parity, mean of means", f"{R1['parity_mean_of_means']:.4f} FAIL",
-            f"{p.control_mode.max_abs_err:.4f} {control}", "another model and data"),
-        Row("resume at step 100", f"{R1['resume_diff']!r} exactly",
-            f"{r.max_abs_param_diff!r} exactly",
-            "same verdict: bit for bit"),
+        Row(tr("gradient values"), number(R1["compared_values"]), number(p.compared_values),
+            tr("a smaller model")),
+        Row(tr("parity, W*S_r/N"), f"{number(R1['parity_correct'], '.2e')} {tr('PASS')}",
+            f"{marks(err_bound(p.correct.max_abs_err))} {verdict}",
+            tr("gloo on CPU: another summation order")),
+        Row(tr("parity, mean of means"), f"{decimal(R1['parity_mean_of_means'])} {tr('FAIL')}",
+            f"{_decimal(p.control_mode.max_abs_err)} {control}", tr("another model and data")),
+        Row(tr("resume at step {step}").format(step=100),
+            exactly.format(diff=marks(repr(R1["resume_diff"]))),
+            exactly.format(diff=marks(repr(r.max_abs_param_diff))),
+            tr("same verdict: bit for bit")),
         *evaluation_rows(e),
     ]
 
@@ -91,16 +95,28 @@ def evaluation_rows(e: EvaluationReport) -> list[Row]:
     # the counting convention, so the row states our count only, both ways.
     as_length = e.test_tokens + e.test_sequences  # one more token per sequence
     return [
-        Row("test tokens", number(R1["test_tokens"]), number(e.test_tokens),
-            f"another corpus; ours counts the L - 1 targets of its "
-            f"{number(e.test_sequences)} sequences ({number(as_length)} if counted as L)"),
-        Row("test loss per token", f"{R1['test_loss']:.3f}", f"{e.loss_per_token:.3f}",
-            f"another corpus: ours is a Markov source, floor {e.entropy_floor:.3f}"),
-        Row("token accuracy", f"{100 * R1['token_accuracy']:.1f}%",
-            f"{100 * e.token_accuracy:.1f}%",
-            "another corpus: ours expects at best "
-            f"{100 * e.bayes_accuracy:.1f}% (Bayes: always its likeliest successor)"),
+        Row(tr("test tokens"), number(R1["test_tokens"]), number(e.test_tokens),
+            tr("another corpus; ours counts the L - 1 targets of its {sequences} sequences "
+               "({as_length} if counted as L)").format(
+                sequences=number(e.test_sequences), as_length=number(as_length))),
+        Row(tr("test loss per token"), decimal(R1["test_loss"], 3),
+            decimal(e.loss_per_token, 3),
+            tr("another corpus: ours is a Markov source, floor {floor}").format(
+                floor=decimal(e.entropy_floor, 3))),
+        Row(tr("token accuracy"), _percent(R1["token_accuracy"]), _percent(e.token_accuracy),
+            tr("another corpus: ours expects at best {accuracy} (Bayes: always its "
+               "likeliest successor)").format(accuracy=_percent(e.bayes_accuracy))),
     ]
+
+
+def _decimal(x: float | None) -> str:
+    """Four decimals, or n/a where the report holds none."""
+    return tr("n/a") if x is None else decimal(x)
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage to one decimal: 36.2% (36,2 % in French)."""
+    return marks(f"{100 * share:.1f}%")
 
 
 def table(out: Path) -> Table:

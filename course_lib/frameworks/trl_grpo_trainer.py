@@ -146,6 +146,17 @@ def has_rloo() -> bool:
     return hasattr(trl, "RLOOTrainer")
 
 
+def default_case() -> Case:
+    """The GRPOTrainer with the loss type GRPOConfig defaults to (dapo in
+    TRL 1.16.0): the case a quick run and its test share."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    return Case(GRPO, str(fields["loss_type"].default))
+
+
 def cases() -> list[Case]:
     """Each loss type of the installed GRPOTrainer, then the RLOOTrainer."""
     return [*(Case(GRPO, t) for t in loss_types()), *([Case(RLOO)] if has_rloo() else [])]

@@ -183,9 +183,16 @@ LEGEND = """\
 DETAILS = "data/trl-grpo-trainer.json"  # where a not-run row's whole reason is kept
 
 
+# A stack whose pip install failed has no adapter here either: what the brief says.
+INSTALL_FAILED = "no adapter (install failed in the benchmark environment)"
+
+
 def _phrase(reason: str) -> str:
     """A reason's last clause, where its conclusion is, without the date it
-    was tried, and cut before its details (after a colon) when still long."""
+    was tried, and cut before its details (after a colon) when still long;
+    a failed install as ``INSTALL_FAILED``."""
+    if re.match(r"pip install \S+ (failed|did not finish)", reason):
+        return INSTALL_FAILED
     last = re.sub(r"\s*\(tried [^)]*\)$", "", reason.split(";")[-1].strip())
     return last.split(":")[0].strip() if len(last) > 70 else last
 

@@ -214,8 +214,9 @@ QUESTIONS: dict[str, Question] = {
         "microbatches, instead of N. It fails accumulation_invariance and "
         "permutation_invariance, yet passes world_size_invariance. Run the cell: "
         "it prints the microbatches world_size_invariance forms at W = 1, 2 and "
-        "4. Collate them and add up N' at each W: what is N' at W = 4? Then say "
-        "why the check passes.", "number", lambda: _padded_positions(4),
+        "4. Collate them and add up N' at each W: what is N' at W = 4? Why the "
+        "check then passes is yours to explain: it is not graded.", "number",
+        lambda: _padded_positions(4),
         "collate pads every microbatch to its longest sequence: N' is the sum "
         "of labels.numel() over every microbatch of every rank. Compare the "
         "microbatches at W = 1 and at W = 4 first", rel_tol=0,

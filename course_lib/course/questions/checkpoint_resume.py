@@ -82,7 +82,10 @@ QUESTIONS: dict[str, Question] = {
             "Between the two renames the complete new checkpoint is step-0050.tmp and "
             "the old one step-0050.old; latest_valid looks at step-NNNN names only, "
             "so the newest it finds is step-0025, and the run resumes from step 25 "
-            "(a valid copy of step 50 sits in step-0050.old, unused).")),
+            "(a valid copy of step 50 sits in step-0050.old, unused). That is the gap "
+            "of the two renames: when the resumed run saves step 50 again, it deletes "
+            "the left-over step-0050.tmp first and step-0050.old before its renames, "
+            "so both complete copies are lost.")),
     "checkpoint_resume.4": Question(
         "A run feeds DDP from torch's DistributedSampler instead of the "
         "course's sampler: the 1,024 train sequences, 2 ranks, each update 2 "

@@ -165,8 +165,13 @@ QUESTIONS: dict[str, Question] = {
         "rounding alone: which checks catch zloss_mean_per_microbatch (this cell "
         "prints its source)? For each check, ask whether its layouts change which "
         "tokens share a microbatch, and so each microbatch's z mean; parity is "
-        "one of them, as the chapter measured. Then confirm your list with the "
-        "audit of the next cell.", "choices",
+        "one of them, as the z-loss section computed by hand. (Chapter 05's "
+        "checks rerun the window another way and compare: trajectory over "
+        "several steps, accumulation_invariance in 1 to 16 microbatches per rank, "
+        "permutation_invariance dealt to other ranks, uneven_microbatches cut by "
+        "a token budget, world_size_invariance on 1, 2 or 4 ranks, no_sync "
+        "against the skipped sync.) Then confirm your list with the audit of "
+        "the next cell.", "choices",
         ("parity", "trajectory", "accumulation_invariance", "permutation_invariance",
          "uneven_microbatches"),
         "the wrong term divides each microbatch's z sum by that microbatch's own "
@@ -205,32 +210,34 @@ QUESTIONS: dict[str, Question] = {
             "parity. (Wider rows do not help: a width of 256 gives 8.64, and the "
             "audit refuses it, since the model has 128 positions.)")),
     "choose_the_unit.5": Question(
-        "Three jobs. (a) RL fine-tuning: a reward model scores whole answers of 20 "
-        "to 900 tokens, and each answer must count once, whatever its length. (b) "
-        "Supervised fine-tuning on rows packed with several conversations each, "
-        "every conversation counting once. (c) A classifier whose rare label, one "
-        "example in 50, must weigh 10 times a common one. Which unit fits each job, "
-        "in the order a / b / c, and what does every rank all-reduce before its "
+        "Three jobs. (a) Supervised fine-tuning with the prompts masked, one "
+        "question and its answer per row, answers of 5 to 400 tokens, each answer "
+        "counting once, whatever its length. (b) Supervised fine-tuning on "
+        "multi-turn chats, one chat per row, the user's turns masked, each "
+        "assistant turn counting once. (c) A classifier whose rare label is one "
+        "example in 50, the two labels weighing the same in total: the rare "
+        "label's class weight over the common one's? Which unit fits each job, in "
+        "the order a / b / c, and what does every rank all-reduce before its "
         "backward (in brackets)?", "choice",
-        "sequence (K) / document (the documents) / weighted (Σ w)",
-        "for each job ask what must count once (a token, an answer, a conversation, "
-        "a class), whether a row still is one example, and whether any rank knows "
-        "the window's normalizer without the others",
-        options=("sequence (K) / document (the documents) / weighted (Σ w)",
-                 "token (N) / sequence (K) / weighted (Σ w)",
-                 "sequence (nothing) / document (the documents) / weighted (nothing)",
-                 "constant (nothing) / document (the documents) / weighted (Σ w)",
-                 "sequence (K) / sequence (K) / token (N)"),
+        "sequence (K) / document (the turns) / weighted, 49 (Σ w)",
+        "for each job ask what must count once and whether a row is still one "
+        "example; for (c), write each label's total weight over 50 examples and "
+        "set the two equal",
+        options=("sequence (K) / document (the turns) / weighted, 49 (Σ w)",
+                 "token (N) / sequence (K) / weighted, 49 (Σ w)",
+                 "sequence (K) / sequence (K) / weighted, 50 (Σ w)",
+                 "sequence (nothing) / document (the turns) / weighted, 49 (nothing)",
+                 "sequence (K) / document (the turns) / weighted, 50 (Σ w)"),
         reasoning=(
-            "(a) The sequence mean: each answer gets one share, whatever its length "
-            "(the token mean would let a 900-token answer weigh 45 times a 20-token "
-            "one), every rank all-reducing K, the answers, before its backward; (b) "
-            "the document objective: on packed rows a row is not an example, so the "
-            "sequence rule would weigh each conversation by its part of its row "
-            "(rows_as_documents); the ranks all-reduce the documents found in the "
-            "labels; (c) the weighted mean, with class weight 10 for the rare label: "
-            "the weights are fixed per class, but their sum over the window depends "
-            "on how many rare labels it drew, so the ranks all-reduce Σ w, in "
-            "float64. Dividing by a rank's own count gives a mean of rank means "
-            "(exercise 1), and a constant weighs every token the same.")),
+            "(a) The sequence mean: masking the prompt changes which tokens are "
+            "supervised, not the unit, so each answer gets one share and the ranks "
+            "all-reduce K, the answers; (b) the document objective without packing: "
+            "each assistant turn is a run of supervised labels between masked ones, "
+            "so the ranks all-reduce the turns found in the labels, where the "
+            "sequence rule would weigh a turn by its part of its chat. (c) Over 50 "
+            "examples the rare label totals w_rare × 1 and the common one "
+            "w_common × 49, so equal totals need a ratio of 49, not 50, and Σ w "
+            "depends on how many rare labels each rank drew, so the ranks "
+            "all-reduce it, in float64. A rank that divides by its own count trains "
+            "a mean of rank means (exercise 1).")),
 }

@@ -94,19 +94,20 @@ QUESTIONS: dict[str, Question] = {
         "raw loss sums, and the loop calls clip_grad_norm_(params, "
         "max_norm=1.0) after the window's sync but before multiplying .grad by "
         "W / N. On the chapter's window (W = 2, N = 2283) the right gradient "
-        "has norm 0.5. What is the norm of the gradient the optimizer gets?",
+        "has norm about 0.74. What is the norm of the gradient the optimizer "
+        "gets?",
         "number", 2 / 2283,
         "after DDP's mean, .grad holds sum_r S_r / W: how many times the right "
         "gradient is that, and is its norm above max_norm? Then apply the "
         "scaling", rel_tol=1e-3,
         reasoning=(
             "Before the scaling, .grad holds DDP's mean of the raw sums, N / W = "
-            "1141.5 times the right gradient: norm 570.75, far above max_norm, so "
+            "1141.5 times the right gradient: norm about 841, far above max_norm, so "
             "clipping brings it down to 1.0, and the scaling by W / N then leaves "
-            "2 / 2283 = 0.000876, 571 times shorter than the right 0.5. The same "
-            "happens on every step whose raw norm exceeds max_norm, which is "
+            "2 / 2283 = 0.000876, about 840 times shorter than the right 0.74. The "
+            "same happens on every step whose raw norm exceeds max_norm, which is "
             "nearly every step: a learning rate silently cut by hundreds; clipped "
-            "after the scaling, the norm 0.5 is under max_norm and stays as it is.")),
+            "after the scaling, the norm 0.74 is under max_norm and stays as it is.")),
     "global_denominator.4": Question(
         "Plain SGD after clip_grad_norm_(params, max_norm=1.0). Under the rule "
         "the gradient is [0.9, 1.2], of norm 1.5. With the extra / accumulation "
