@@ -16,7 +16,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from course_lib.core.verdicts import Verdict
 from course_lib.frameworks import options
 from course_lib.frameworks.evidence import (
     CONFIGURATION_HEAD,
@@ -67,10 +66,7 @@ PACKAGE = {"hf": "transformers"}
 
 def _said(row: FrameworkRow) -> tuple[str, str]:
     """(verdict, formula) as the table writes them."""
-    verdict = str(row.verdict)
-    if row.verdict == Verdict.SCALED and row.factor:
-        verdict = f"scaled x{row.factor:.4g}"
-    return verdict, finding(row)
+    return row.said, finding(row)
 
 
 def _own_flags(row: FrameworkRow) -> str:

@@ -78,6 +78,13 @@ class FrameworkRow:
     counts: WindowCounts | None = None
     ranks: list[RankResult] = field(default_factory=list)
 
+    @property
+    def said(self) -> str:
+        """The verdict as every table writes it: a uniform scale with its factor."""
+        if self.verdict == Verdict.SCALED and self.factor:
+            return f"scaled x{self.factor:.4g}"
+        return str(self.verdict)
+
 
 # Rows without a gradient: refused or missing here, or raised while training.
 UNMEASURED = (Verdict.NOT_RUN, Verdict.FAILED)
@@ -194,10 +201,7 @@ class Configurations(Matrix):
             if framework is not None and row.framework != framework:
                 continue
             configuration, state = _state_of(row)
-            verdict = str(row.verdict)
-            if row.verdict == Verdict.SCALED and row.factor:
-                verdict = f"scaled x{row.factor:.4g}"
-            said = (verdict, f"{'live' if is_live else 'committed'} {row.version or '-'}",
+            said = (row.said, f"{'live' if is_live else 'committed'} {row.version or '-'}",
                     finding(row))
             groups.setdefault((row.framework, configuration, state), []).append(
                 (row.model, said))

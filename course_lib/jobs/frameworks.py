@@ -81,14 +81,14 @@ class FrameworksReport(RunHeader, Report):
 
 
 class FailedOnSomeRanks(RuntimeError):
-    """The framework refused a configuration on some ranks only; ``stuck``
-    names them, for the launcher's diagnosis."""
+    """A framework refused or failed what it ran (``name``: a configuration,
+    a trainer's case) on some ranks only; ``stuck`` names them, for the
+    launcher's diagnosis."""
 
-    def __init__(self, conf: Configuration, failures: list[str]):
+    def __init__(self, name: str, failures: list[str]):
         self.stuck = [r for r, f in enumerate(failures) if f]
-        super().__init__(f"{conf.framework}/{conf.model} failed on rank(s) "
-                         f"{', '.join(map(str, self.stuck))} only: "
-                         + "; ".join(f for f in failures if f))
+        super().__init__(f"{name} failed on rank(s) {', '.join(map(str, self.stuck))} "
+                         "only: " + "; ".join(f for f in failures if f))
 
 
 def why(exc: BaseException) -> str:
@@ -242,7 +242,7 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
     if any(failures):
         shutil.rmtree(workdir, ignore_errors=True)
         if not all(failures):
-            raise FailedOnSomeRanks(conf, failures)
+            raise FailedOnSomeRanks(f"{conf.framework}/{conf.model}", failures)
         if ctx.rank != 0:
             return None
         return dataclasses.replace(
@@ -270,7 +270,7 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
         if not any(failures):
             continue
         if not all(failures):
-            raise FailedOnSomeRanks(conf, failures)
+            raise FailedOnSomeRanks(f"{conf.framework}/{conf.model}", failures)
         if ctx.rank != 0:
             return None
         row = not_run(conf, failures[0], frameworks.installed(adapter.package))
@@ -451,8 +451,7 @@ def describe(report: FrameworksReport) -> str:
         flags = ", ".join([*(f"with {k}({_state(v)})" for k, v in r.uses.items()),
                            *(f"{k}={_shown(k, v)}" for k, v in r.flags.items()
                              if k not in _set_by(r.uses))]) or "-"
-        verdict = (f"scaled x{r.factor:.4g}" if r.verdict == Verdict.SCALED and r.factor
-                   else str(r.verdict))
+        verdict = r.said
         unmeasured = r.verdict in UNMEASURED
         tail = r.reason if unmeasured else (r.matches or "")
         if (not unmeasured and r.residual is not None

@@ -30,7 +30,7 @@ from course_lib import frameworks
 from course_lib.core.verdicts import Verdict
 from course_lib.frameworks import trl_grpo_trainer as grpo
 from course_lib.frameworks.evidence import TrainerRow
-from course_lib.jobs.frameworks import MISSING, stack, why
+from course_lib.jobs.frameworks import MISSING, FailedOnSomeRanks, stack, why
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank.context import RankContext
 from course_lib.reports.store import Committed, Report, RunHeader
@@ -77,13 +77,6 @@ class TrainerData(Committed):
         return [*self.run.rows, *self.others]
 
 
-class FailedOnSomeRanks(RuntimeError):
-    def __init__(self, case: grpo.Case, failures: list[str]):
-        self.stuck = [r for r, f in enumerate(failures) if f]
-        super().__init__(f"{case.name} failed on rank(s) {', '.join(map(str, self.stuck))} "
-                         "only: " + "; ".join(f for f in failures if f))
-
-
 def not_run(case: grpo.Case, shape: grpo.Shape, reason: str,
             verdict: Verdict = Verdict.NOT_RUN) -> TrainerRow:
     key, where = grpo.claim(case)
@@ -99,7 +92,7 @@ def _agreed(ctx: RankContext, case: grpo.Case, failure: str) -> bool:
     failures: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(failures, failure)
     if any(failures) and not all(failures):
-        raise FailedOnSomeRanks(case, failures)
+        raise FailedOnSomeRanks(case.name, failures)
     return not any(failures)
 
 
@@ -210,8 +203,7 @@ def describe(rows: list[TrainerRow], brief: bool = False) -> str:
             lines.append(f"  {r.trainer or r.framework:<8} {r.loss_type or '-':<9} "
                          f"{str(r.verdict):<17} {reason}")
             continue
-        mean = (f"scaled x{r.factor:.4g}" if r.verdict == Verdict.SCALED and r.factor
-                else str(r.verdict))
+        mean = r.said
         tokens = " / ".join("+".join(map(str, t)) for t in r.tokens)
         lines.append(
             f"  {r.trainer:<8} {r.loss_type or '-':<9} {mean:<17} {r.max_err or 0:>8.1e}  "
