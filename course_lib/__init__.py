@@ -24,7 +24,8 @@ _EXPORTS: dict[str, str] = {
     "widgets": "course_lib.course.widgets",
     "plots": "course_lib.course.plots",
     "expect": "course_lib.course.timings:expect",
-    "number": "course_lib.course.edition:number",  # a count as the edition writes it
+    "number": "course_lib.core.edition:number",  # a count as the edition writes it
+    "decimal": "course_lib.core.edition:decimal",  # a float, to its places, likewise
     "collectives": "course_lib.course.collectives",
     # 01 the mean of means (the arithmetic, the token explorer, theta)
     "arithmetic": "course_lib.core.arithmetic",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -15,7 +16,7 @@ from typing import Any, NoReturn
 import torch
 
 from course_lib import checks, steps
-from course_lib.core import arithmetic, checkpoint, objectives, paths
+from course_lib.core import arithmetic, checkpoint, edition, objectives, paths
 from course_lib.core.config import Config, ConfigError
 from course_lib.core.data import DataLockError, lock_record, make_plan
 from course_lib.core.verdicts import Verdict
@@ -536,6 +537,9 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # What the CLI prints is a contract (DESIGN.md): English, whatever edition
+    # the shell or a French chapter's kernel asks for (the describes read it).
+    os.environ[edition.ENV] = edition.DEFAULT
     try:
         args = build_parser().parse_args(argv)
         _validate(args)

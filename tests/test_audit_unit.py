@@ -209,3 +209,27 @@ def test_every_check_run_apart_has_its_job_registered():
     assert {c.name for c in apart} == {"world_size_invariance", "uneven_microbatches"}
     for c in apart:
         assert c.apart is not None and KINDS[c.apart.spec.TAG].run is c.apart.rank
+
+
+def test_an_audit_is_described_in_the_learners_language(monkeypatch):
+    """describe_audit's frame and verdicts go through the catalog (a French
+    chapter prints them); the check names and the report's notes stay as
+    the report has them. The CLI prints English whatever the edition."""
+    from course_lib.core import edition
+
+    check = CheckResult(passed=False, max_abs_err=0.0469, atol=1e-6, rtol=1e-4, note="x")
+    report = AuditReport(
+        step="s", kind="bug", description="d", world_size=2, backend="gloo", device="cpu",
+        dtype="float32", nccl_reference_path=False, torch="2.x", compared_values=3,
+        checks={"parity": check, "no_sync": dataclasses.replace(
+            check, passed=True, max_abs_err=None, note="ranks agree")}, passed=False)
+    english = audits.describe(report)
+    assert english.splitlines()[1] == "  parity                   FAIL  max |err| 0.0469 " \
+                                      "(atol 1e-06, rtol 0.0001)"
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = audits.describe(report).splitlines()
+    assert french[0] == "Audit de s (bug)\N{NO-BREAK SPACE}: 2 rangs, gloo sur CPU, float32"
+    assert french[1] == "  parity                   ÉCHEC     max |err| 0,0469 " \
+                        "(atol 1e-06, rtol 0,0001)"
+    assert french[2] == "  no_sync                  RÉUSSITE  ranks agree"
+    assert french[-1].split() == ["verdict", "ÉCHEC"]

@@ -124,12 +124,15 @@ def test_the_reports_are_written_where_asked(graded):
 @pytest.mark.torchrun
 def test_the_cli_prints_each_property_and_exits_1_on_a_failure(graded, monkeypatch,
                                                                tmp_path):
+    monkeypatch.setenv("COURSE_EDITION", "fr")  # a French kernel's: the CLI stays English
     for name, code in (("shipped", 1), ("solution", 0)):
         monkeypatch.setattr(capstone, "check", lambda *a, _r=graded[name][1], **k: _r)
         proc = course_lib_cli("capstone", "check", SHIPPED, "--out", tmp_path)
         assert proc.returncode == code, proc.stderr
         lines = proc.stdout.splitlines()
         assert [ln.split()[0] for ln in lines[1:-2]] == list(capstone.PROPERTIES)
+        assert lines[0].startswith("Capstone check of ")
+        assert lines[-2].split()[-1] == ("FAIL" if code else "PASS")
         if code:
             assert "fails parity," in proc.stderr and "resume" in proc.stderr
 

@@ -12,7 +12,8 @@ import json
 import re
 import sys
 
-from course_lib.course import cheatsheet, edition, typography
+from course_lib.core import edition, typography
+from course_lib.course import cheatsheet
 from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.core import paths
+from course_lib.core import edition, paths
 from course_lib.core.reference import Comparison
-from course_lib.course import api, edition, grading, quiz, widgets
+from course_lib.course import api, grading, quiz, widgets
 from course_lib.jobs.parity import GradSample, ParityReport
 
 SOURCES = sorted((paths.project_root() / "course_lib").rglob("*.py"))
@@ -32,14 +32,22 @@ def vocabularies() -> set[str]:
     """The words from the code's own lists that a learner reads: the quiz's
     options (but code names and formulas), the schemes' legends, the
     verdicts and formula names the figures write, the step functions'
-    descriptions (chapter 05's table) and the exercise's scenario names
-    (each shown through ``tr``)."""
+    descriptions (chapter 05's table) and families, the exercise's scenario
+    names and the capstone's properties, the real code's labels and quoted
+    titles (chapters 08 and 09), the configurations' columns, what an empty
+    window does and the GRPO trainers' legend (each shown through ``tr``)."""
     from course_lib.core.config import load
-    from course_lib.core.verdicts import Verdict
+    from course_lib.core.verdicts import EmptyOutcome, Verdict
+    from course_lib.course.bug_tour import FAMILIES
     from course_lib.course.style import LABELS
+    from course_lib.frameworks import source
     from course_lib.frameworks.candidates import CANDIDATES
+    from course_lib.frameworks.evidence import CONFIGURATION_HEAD
+    from course_lib.jobs.capstone import PROPERTIES
     from course_lib.jobs.frameworks_logging import VERDICTS
+    from course_lib.jobs.trl_grpo import LEGEND
     from course_lib.steps import BUILTIN
+    from course_lib.steps.recipes import describe_empty
 
     options = {o for q in quiz.QUESTIONS.values() for o in q.choices()
                if not grading.neutral(o)}
@@ -47,7 +55,10 @@ def vocabularies() -> set[str]:
     assert exercise is not None
     return options | set(LABELS.values()) | {str(v) for v in Verdict} | {
         c.name for c in CANDIDATES} | set(VERDICTS) | {
-        s.description for s in BUILTIN.values()} | {sc.name for sc in exercise.scenarios}
+        s.description for s in BUILTIN.values()} | {sc.name for sc in exercise.scenarios} | set(
+        PROPERTIES.values()) | set(FAMILIES) | source.labels() | {LEGEND} | set(
+        CONFIGURATION_HEAD) | {describe_empty(o, finite) for o in EmptyOutcome
+                               for finite in (None, False)}
 
 
 def learner_strings() -> set[str]:
@@ -81,7 +92,7 @@ def test_english_is_the_default_even_in_a_french_shell(monkeypatch):
 
 
 def test_the_french_edition_speaks_french(monkeypatch):
-    from course_lib.course.typography import breakable, french
+    from course_lib.core.typography import breakable, french
 
     monkeypatch.setenv(edition.ENV, "fr")
     catalog = edition.catalog("fr")
@@ -308,3 +319,20 @@ def test_a_cells_reminder_speaks_the_edition(monkeypatch):
     french = api.unset("t_target")
     assert "t_target" in french and "cellule" in french
     assert not re.search(r"\b(set|above|then|run|the|cell|again)\b", french)
+
+
+def test_the_logged_verdicts_speak_the_edition(monkeypatch):
+    """Chapter 07 prints each logged row's verdict, the formula its value
+    equals: as the report keeps it in English, from the catalog in French."""
+    from course_lib.core.typography import french
+    from course_lib.jobs.frameworks_logging import VERDICTS, LoggingData
+
+    rows = LoggingData.committed().run.rows
+    assert rows and {r.verdict for r in rows} <= set(VERDICTS)
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert [r.said for r in rows] == [r.verdict for r in rows]
+    monkeypatch.setenv(edition.ENV, "fr")
+    fr = edition.catalog("fr")
+    assert [r.said for r in rows] == [french(fr[r.verdict]) for r in rows]
+    assert "moyenne par token" in {r.said for r in rows}
+    assert "moyenne des moyennes des rangs" in {r.said for r in rows}

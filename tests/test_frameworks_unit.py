@@ -2,6 +2,7 @@
 its counts, and the candidate formulas."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -614,3 +615,160 @@ def test_the_grouped_view_says_same_only_where_every_row_trains_what_the_plain_o
     text = course_lib.describe_configurations([odd], framework="hf", grouped=True)
     same = {line.split()[0] for line in text.splitlines() if "same as the plain" in line}
     assert "lora" not in same and "biased" in text
+
+
+# --- what chapters 08 and 09 print, in the learner's edition (issue 30) -------------------
+
+FRAMEWORKS_EN = """\
+Frameworks, audited: 2 ranks, gloo on cpu; the gradient of the first optimizer step vs the \
+token mean
+  framework   version   model   flags                                verdict           matches
+  hf          5.25.0    llama   average_tokens_across_devices=True   exact             token \
+mean
+  hf          5.25.0    gpt2    average_tokens_across_devices=True   scaled x0.956     counted \
+before the shift
+  hf          5.25.0    gpt2    average_tokens_across_devices=False  biased            mean of \
+rank means counted before the shift (nearest; residual 2.1e-02)
+    note: max_grad_norm=1.0: the learner's clipping
+  accelerate  -         llama   -                                    not run           \
+accelerate is not installed"""
+
+
+def _frameworks_report():
+    """Chapter 08's live table, and one row not run: the kinds of rows it prints."""
+    from course_lib.core.verdicts import Verdict
+    from course_lib.frameworks.evidence import FrameworkRow
+    from course_lib.jobs.frameworks import FrameworksReport
+
+    flag = "average_tokens_across_devices"
+    rows = [
+        FrameworkRow("hf", "5.25.0", "llama", {flag: True}, Verdict.EXACT,
+                     matches="token mean"),
+        FrameworkRow("hf", "5.25.0", "gpt2", {flag: True}, Verdict.SCALED, factor=87 / 91,
+                     matches="counted before the shift"),
+        FrameworkRow("hf", "5.25.0", "gpt2", {flag: False}, Verdict.BIASED, residual=0.0213,
+                     matches="mean of rank means counted before the shift",
+                     notes=["max_grad_norm=1.0: the learner's clipping"]),
+        FrameworkRow("accelerate", None, "llama", {}, Verdict.NOT_RUN,
+                     reason="accelerate is not installed")]
+    return FrameworksReport(world_size=2, backend="gloo", device="cpu", dtype="float32",
+                            nccl_reference_path=False, torch="2.x", window={}, rows=rows)
+
+
+def test_the_frameworks_table_speaks_the_edition(monkeypatch):
+    """describe_frameworks: English byte for byte; in French its frame, columns,
+    verdicts (the scale's factor with French marks) and formula names, the
+    flags, reasons and notes as the report has them, every column aligned."""
+    from course_lib.core import edition
+    from course_lib.jobs.frameworks import describe
+
+    report = _frameworks_report()
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert describe(report) == FRAMEWORKS_EN
+    assert report.rows[1].said == "scaled x0.956"
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = describe(report).splitlines()
+    assert french[0].startswith("Frameworks audités\u00a0: 2 rangs, gloo sur CPU\u202f; ")
+    assert french[1].split() == ["framework", "version", "modèle", "options", "verdict",
+                                 "formule"]
+    assert report.rows[1].said == "à l'échelle ×0,956"
+    assert "à l'échelle ×0,956 comptée avant le décalage" in french[3]
+    assert "biaisé" in french[4] and "(la plus proche\u202f; résidu 2,1e-02)" in french[4]
+    assert french[5] == "    note\u00a0: max_grad_norm=1.0: the learner's clipping"
+    assert "non exécuté" in french[6] and french[6].endswith("accelerate is not installed")
+    column = french[1].index("formule")  # the formulas and reasons start under their header
+    assert all(line[column - 1] == " " != line[column] for line in french[2:5] + french[6:])
+    assert not [line for line in french if re.search(
+        r"\b(audited|ranks|model|flags|matches|scaled|biased|not run|token mean|nearest)\b",
+        line)]
+
+
+def test_the_grouped_configurations_speak_the_edition(monkeypatch):
+    """Chapter 08's grouped table of configurations: the same lines, in French
+    the frame, "same as the plain Trainer", the verdicts and the formula
+    names; the configurations, states and reasons as the data has them."""
+    import course_lib
+    from course_lib.core import edition
+
+    monkeypatch.delenv(edition.ENV, raising=False)
+    english = course_lib.describe_configurations(framework="hf", grouped=True).splitlines()
+    assert english[0].startswith("The --with configurations on the skewed window (")
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = course_lib.describe_configurations(framework="hf", grouped=True).splitlines()
+    assert len(french) == len(english)
+    assert french[0].startswith("Les configurations --with sur la fenêtre déséquilibrée (")
+    assert french[1].startswith("face aux lignes du framework de base\u00a0: 2 modèles (")
+    for en, fr in zip(english[2:], french[2:], strict=True):
+        assert en.split()[0] == fr.split()[0]  # the configuration, or the flag state
+        assert ("same as the plain Trainer" in en) == ("comme le Trainer de base" in fr), fr
+        assert ("not run" in en) == ("non exécuté" in fr), fr
+        assert ("scaled x" in en) == ("à l'échelle ×" in fr), fr
+        assert ("biased" in en) == ("biaisé" in fr), fr
+    same = [fr for fr in french if "comme le Trainer de base" in fr]
+    assert same and all(fr.endswith("sur les deux modèles et les deux réglages d'options")
+                        for fr in same)
+    detail = [fr for fr in french if fr.startswith("    ")]  # verdict, then formula
+    assert detail and len({re.search(r"(exact|biaisé|à l'échelle ×\S+) +\S", fr).end()
+                           for fr in detail}) == 1
+    assert not [fr for fr in french if re.search(r"\b(same as|models|flag settings|token "
+                                                 r"mean|biased|scaled)\b", fr)]
+    flat = course_lib.describe_configurations(framework="hf").splitlines()  # every line
+    assert flat[0].startswith("Les configurations (--with), chacune sur la fenêtre ")
+    assert flat[3].split()[:4] == ["framework", "configuration", "état", "des"]
+    assert all(re.search(r"  versionné \S+  ", line) for line in flat[4:]), flat
+
+
+QUOTED_EN = """\
+accelerate's guide, "Gradient accumulation on training samples of variable size" (PR #3193), \
+at commit 16cb6eb (2026-07-24)
+  N_r' = Σ n'       docs/source/usage_guides/gradient_accumulation.md:280
+                      num_items_in_batch = sum([(batch["labels"].ne(-100)).sum() for batch \
+in batch_samples])
+  N' = Σ_r N_r'     docs/source/usage_guides/gradient_accumulation.md:282
+                      num_items_in_batch = accelerator.gather(num_items_in_batch).sum().item()
+  M·W·S / N'        docs/source/usage_guides/gradient_accumulation.md:301
+                      loss = (loss * gradient_accumulation_steps * accelerator.num_processes) \
+/ num_items_in_batch
+torchtitan #2206, "Fix loss computation by handling valid token imbalance in train loop", \
+commit 0cb7435 (2026-01-25)
+  S (a sum)         torchtitan/components/loss.py:25
+                      reduction="sum",
+  N_r               torchtitan/train.py:565
+                      local_valid_tokens += (labels != IGNORE_INDEX).sum()
+  N = Σ_r N_r       torchtitan/train.py:573
+                      global_valid_tokens = dist_utils.dist_sum(local_valid_tokens, batch_mesh)
+  S / N (no × W)    torchtitan/train.py:538
+                      loss = loss_sum / global_valid_tokens
+  FSDP: Σ over r    torchtitan/models/llama3/infra/parallelize.py:284
+                      module.set_gradient_divide_factor(1.0)
+  DDP: mean over r  torchtitan/models/llama3/infra/parallelize.py:374
+                      replicate(model, device_mesh=dp_mesh, bucket_cap_mb=100)"""
+
+
+def test_the_real_code_speaks_the_edition(monkeypatch):
+    """real_code.describe: English byte for byte; in French the titles and the
+    labels, the label column as wide as the French labels, while the lines
+    keep their labels (chapter 08 picks its lines by them) and their code."""
+    from course_lib.core import edition
+    from course_lib.frameworks import source
+
+    missing = source.Source("t", (source.Line("S (a sum)", source.NOT_FOUND, ("'x'",)),))
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert source.describe(*source.QUOTED) == QUOTED_EN
+    assert source.describe(missing).splitlines()[1] == "  S (a sum)         " + source.NOT_FOUND
+    assert source.installed().title.endswith(", installed here")
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = source.describe(*source.QUOTED).splitlines()
+    assert french[0].startswith("le guide d'accelerate, «\u00a0Gradient accumulation on ")
+    assert french[7].startswith("torchtitan #2206, «\u00a0Fix loss computation")
+    assert french[8].startswith("  S (une somme)        torchtitan/components/loss.py:25")
+    assert french[-2].startswith("  DDP\u00a0: moyenne sur r  torchtitan/")  # the widest
+    code = [line.strip() for line in french if line.startswith(" " * 20)]
+    assert code == [c for s in source.QUOTED for line in s.lines for c in line.code]
+    assert [line.formula for line in source.QUOTED[1].lines][0] == "S (a sum)"
+    assert source.describe(missing).splitlines()[1].endswith("absente de cette version")
+    installed = source.installed()
+    assert installed.title.endswith(", installé ici")
+    assert "× W : W·S / N".replace(" :", "\u00a0:") in source.describe(installed)
+    assert {line.formula for line in installed.lines} <= {
+        w.formula for w in source.TRANSFORMERS}

@@ -91,7 +91,7 @@ def test_every_face_name_is_reached_by_a_chapter_test_doc_or_example():
     import course_lib
 
     texts = []
-    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for nb in sorted((ROOT / "notebooks").glob("**/*.ipynb")):  # both editions
         cells = json.loads(nb.read_text())["cells"]
         texts += ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     for folder, pattern in (("tests", "*.py"), ("docs", "*.md"), ("examples", "*"),

@@ -10,9 +10,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from course_lib.core import edition
 from course_lib.core.evaluate import Score
 from course_lib.core.reference import Comparison
-from course_lib.course import edition, plots, widgets
+from course_lib.course import plots, widgets
 from course_lib.frameworks.evidence import Matrix
 from course_lib.jobs.audit import BugRow, BugsReport
 from course_lib.jobs.evaluate import EvaluationReport

@@ -5,9 +5,10 @@ import dataclasses
 
 import pytest
 
-from course_lib.course import edition, grading, quiz, widgets
-from course_lib.course.edition import tr
-from course_lib.course.typography import NBSP, NNBSP
+from course_lib.core import edition
+from course_lib.core.edition import tr
+from course_lib.core.typography import NBSP, NNBSP
+from course_lib.course import grading, quiz, widgets
 
 OPTIONED = {k: q for k, q in quiz.QUESTIONS.items() if q.kind != "number"}
 

@@ -2,6 +2,7 @@
 questions, and one real torchrun run of `course-lib recipes` (gloo/CPU)."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -277,6 +278,99 @@ def test_the_prediction_is_the_set_of_exact_representative_recipes():
 
 
 # --- one real run ---------------------------------------------------------------------------
+
+
+# Chapter 08's tables as the English edition printed them before the catalog
+# carried them (the describe functions' own f-strings, written out again).
+def _verdicts_before(report, names):
+    tol = verdicts.TOLERANCE.of(report.dtype)
+
+    def said(r):
+        return f"scaled x{r.factor:.4g}" if r.verdict == SCALED else str(r.verdict)
+
+    def error(x):
+        return "n/a" if x is None else f"<{tol:.0e}" if x <= tol else f"{x:.3g}"
+
+    lines = [f"{'recipe':<20} {'balanced':<15} {'skewed':<15} {'skewed error':>12}  "
+             "empty window"]
+    for name in names:
+        row = report.recipes[name]
+        empty = recipes.describe_empty(row.empty_window.outcome, row.empty_window.loss_finite)
+        lines.append(f"{name:<20} {said(row.regimes['balanced']):<15} "
+                     f"{said(row.regimes['skewed']):<15} "
+                     f"{error(row.relative_error['skewed']):>12}  {empty}")
+    lines.append(f"every prediction holds: {report.every_prediction_holds}")
+    return "\n".join(lines)
+
+
+def _weights_before(info, weights):
+    cells = [(r, m, n) for r, rank in enumerate(info.microbatch_tokens)
+             for m, n in enumerate(rank)]
+    width = max(len(w.formula) for w in weights.values()) + 2
+    head = "".join(f"{f'r{r},m{m}':>9}" for r, m, _ in cells)
+    counts = "".join(f"{f'n={n}':>9}" for _, _, n in cells)
+    lines = [f"{'':<20} {'':<{width}}a token's weight x N, by microbatch",
+             f"{'recipe':<20} {'a token weighs':<{width}}{head.lstrip()}",
+             f"{'':<20} {'':<{width}}{counts.lstrip()}"]
+    for name, w in weights.items():
+        values = "".join(f"{x:>9.3f}" for rank in w.times_n for x in rank)
+        lines.append(f"{name:<20} {w.formula:<{width}}{values.lstrip()}")
+    return "\n".join(lines)
+
+
+def test_the_recipe_tables_speak_the_edition(monkeypatch):
+    """Chapters 08 and 09's recipe tables (the committed report): English byte
+    for byte; in French the frame, the windows, the verdicts and what the
+    empty window does, numbers with French marks, columns aligned; the
+    recipes' names, formulas and claims as the code has them."""
+    from course_lib.core import edition
+    from course_lib.course import recipes_page
+
+    report = recipes_page.committed()
+    shown = [n for n in recipes.REPRESENTATIVE if n in report.recipes]
+    skewed = report.regimes["skewed"]
+    weights = recipe_audit.token_weights(skewed, shown)
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert recipe_audit.describe_verdicts(report, shown) == _verdicts_before(report, shown)
+    assert recipe_audit.describe_weights(skewed, weights) == _weights_before(skewed, weights)
+    assert recipe_audit.describe_recipes(shown).splitlines()[0].split() == [
+        "recipe", "per-microbatch", "backprop", "reduction", "claims"]
+    assert recipe_audit.describe_real(names=shown).startswith("Real code, from ")
+    english = {n: recipe_audit.verdicts(report.recipes[n], False) for n in report.recipes}
+
+    monkeypatch.setenv(edition.ENV, "fr")
+    table = recipe_audit.describe_verdicts(report, shown).splitlines()
+    assert table[0].split() == ["recette", "équilibré", "déséquilibré", "erreur", "déséq.",
+                                "fenêtre", "vide"]
+    assert table[-1] == f"chaque prédiction se vérifie\u00a0: {report.every_prediction_holds}"
+    for line, name in zip(table[1:-1], shown, strict=True):
+        row = report.recipes[name]
+        assert line.startswith(name)
+        assert recipe_audit.empty_text(row) in line and line.endswith(
+            edition.catalog("fr")[recipes.describe_empty(row.empty_window.outcome,
+                                                         row.empty_window.loss_finite)])
+        assert not re.search(r"\d\.\d|\b(exact|biased|scaled|zero step|raises)\b",
+                             line.removeprefix(name).replace("exact ", "")), line
+    widths = {line.index(recipe_audit.empty_text(report.recipes[n]))
+              for line, n in zip(table[1:-1], shown, strict=True) if len(n) < 20}
+    assert widths == {table[0].index("fenêtre vide")}
+    pairs = {n: recipe_audit.verdicts(report.recipes[n], False) for n in report.recipes}
+    for name, pair in pairs.items():  # chapter 09 prints these pairs
+        assert pair.count(" | ") == english[name].count(" | ") == 1
+        assert ("scaled x" in english[name]) == ("à l'échelle ×" in pair), pair
+        assert ("biased" in english[name]) == ("biaisé" in pair), pair
+        assert not re.search(r"×\d+\.\d", pair), "a French decimal comma"
+    french = recipe_audit.describe_weights(skewed, weights).splitlines()
+    assert french[0].strip() == "poids d'un token × N, par microbatch"
+    assert french[1].split()[:4] == ["recette", "un", "token", "pèse"]
+    assert all(re.fullmatch(r"\d,\d{3}", x) for line in french[3:] for x in line.split()[-4:])
+    assert [line.split()[0] for line in french[3:]] == list(weights)
+    head = recipe_audit.describe_recipes(shown).splitlines()[0]
+    assert head.split() == ["recette", "rétropropagation", "par", "microbatch", "réduction",
+                            "revendique"]
+    real = recipe_audit.describe_real(names=shown).splitlines()
+    assert real[0].startswith("Le vrai code, d'après ") and real[0].endswith("\u00a0:")
+    assert all(re.match(r"  \S+ +(non )?exécuté", line) for line in real[1:]), real
 
 
 @pytest.fixture(scope="module")

@@ -165,13 +165,15 @@ def test_unwritable_out_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(lines) == 1 and "Not a directory" in lines[0], lines
 
 
-def test_notebooks_print_rounding_level_errors_as_a_bound():
+def test_notebooks_print_rounding_level_errors_as_a_bound(monkeypatch):
     from course_lib.reports.numbers import err_bound
 
     assert err_bound(7.450580596923828e-09) == err_bound(3.725290298461914e-09) == "< 1e-7"
     assert err_bound(0.0) == "< 1e-7"
     assert err_bound(0.0064258938655257225) == "= 6.43e-03"
     assert err_bound(None) == "= n/a"
+    monkeypatch.setenv("COURSE_EDITION", "fr")  # the French edition's decimal mark
+    assert err_bound(0.0064258938655257225) == "= 6,43e-03"
 
 
 def test_a_launch_error_names_the_audited_step_as_a_field(tmp_path, cfg, corpus):

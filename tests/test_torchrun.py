@@ -130,6 +130,8 @@ def test_every_ablation_changes_the_trajectory(protocol_run):
     r = ResumeReport.load(out)
     assert set(r.ablations) == {"model_only", "no_optimizer_state",
                                 "sampler_from_seed", "no_rng_state"}
+    # the yardstick the ablations' drift is measured against is the continuous run
+    assert r.reference_max_abs_param_diff == 0.0
     for name, a in r.ablations.items():
         assert a.matters and a.max_abs_param_diff > 1e-4, name
     seed = r.ablations["sampler_from_seed"]

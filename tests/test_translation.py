@@ -36,12 +36,15 @@ def test_the_committed_french_chapter_is_the_build(stem):
         f"notebooks/fr/{stem}.ipynb is not the build of the English chapter: "
         "run `make translations`")
     english = json.loads(translation.english(stem).read_text())
+    entries = json.loads(translation.entries_path(stem).read_text())["cells"]
     code = [c for c in english["cells"] if c["cell_type"] == "code"]
     french = [c for c in committed["cells"] if c["cell_type"] == "code"][1:]  # the switch
     assert len(code) == len(french)
     for en, fr in zip(code, french, strict=True):  # the code comes from the English
-        assert "".join(fr["source"]) == translation.UP.sub(
-            r"\1../../", "".join(en["source"]))
+        said = entries[en["id"]]["fr"] if en["id"] in entries else "".join(en["source"])
+        assert "".join(fr["source"]) == translation.UP.sub(r"\1../../", said)
+        assert translation.program("".join(fr["source"])) == translation.program(
+            translation.UP.sub(r"\1../../", "".join(en["source"])))
     outputs = "".join(o.get("text", "") if isinstance(o.get("text", ""), str)
                       else "".join(o["text"]) for c in committed["cells"]
                       for o in c.get("outputs", []))
@@ -89,6 +92,61 @@ def test_the_build_takes_the_code_from_english(tmp_path, monkeypatch):
     assert 'os.environ["COURSE_EDITION"] = "fr"' in sources[1]
     assert sources[2] == 'lab = Path("../../runs/course")\nprint(1)'
     assert nb["cells"][2]["outputs"] == [] and nb["cells"][2]["execution_count"] is None
+
+
+def _code(cid, text):
+    return {"cell_type": "code", "id": cid, "metadata": {}, "execution_count": None,
+            "outputs": [], "source": [text]}
+
+
+def test_a_code_cell_speaks_french_and_does_what_the_english_does(tmp_path, monkeypatch):
+    english = 'print("rank totals:", f"{total:.4f}")  # the sums\nconfig = "minimum"\n'
+    said = ('print("totaux par rang :", f"{number(total, \'.4f\')}")  # les sommes\n'
+            'config = "minimum"\n')
+    title = {"en_sha256": translation.source_hash("# Title"), "fr": "# Titre"}
+    entries = {"a": title, "k": {"en_sha256": translation.source_hash(english), "fr": said}}
+    _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), _code("k", english),
+                                     _code("u", "print(1)")], entries)
+    assert translation.problems("99_x") == []  # a code cell without an entry is English
+    nb = translation.build("99_x")
+    assert ["".join(c["source"]) for c in nb["cells"][2:]] == [said, "print(1)"]
+    # the same messages around another program: named, not built
+    entries["k"]["fr"] = said.replace('"minimum"', '"maximum"')
+    _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), _code("k", english)], entries)
+    assert translation.problems("99_x") == [
+        "99_x, cell k: the French code does more than the English: only its comments, "
+        "messages and number formats may differ"]
+    # the English code changed: its French messages are stale
+    entries["k"]["fr"] = said
+    _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), _code("k", "print(2)")], entries)
+    assert translation.problems("99_x") == [
+        "99_x, cell k: the English changed since it was translated: translate it again"]
+
+
+def test_a_program_is_what_a_cell_does_not_what_it_says():
+    same = translation.program
+    assert same('print(f"loss {x:.4f}")') == same('print(f"perte {decimal(x)}")')
+    assert same('print("N =", n)  # count') == same('print("N =", number(n))')
+    assert same('x = f"l2:{a}"') != same('x = f"l3:{a}"')  # an option, not a message
+    assert same('check("quiz.1", None)') != same('check("quiz.2", None)')
+    assert same('print(n)') != same('print(n + 1)')
+    assert same('print("lengths from", a, "to", b)') == same('print("de", a, "à", b)')
+    assert same("f\"{'step':<18}{'PASS' if ok else 'FAIL':>6}\"") == same(
+        "f\"{'étape':<20}{'RÉUSSITE' if ok else 'ÉCHEC':>9}\"")
+    assert same("f\"{'PASS' if ok else 'FAIL'}\"") != same("f\"{'PASS' if ko else 'FAIL'}\"")
+    assert same('print(f"{x:.0f}% of {n!r}")') == same('print(f"{x} % de {decimal(n, 1)}")')
+    assert same('print(d["a"])') != same('print(d["b"])')  # a key, not a message
+    assert same('share = f"{x:.2g}%"') == same('share = f"{number(x, \'.2g\')} %"')
+    assert same("from course_lib import check") == same(
+        "from course_lib import check, decimal, number")  # to print numbers in French
+    assert same("from course_lib import check") != same("from course_lib import check, quiz")
+    body = '%%writefile step.py\nx = 1  # TODO: add n\nprint("n is", x)\n'
+    assert same(body) == same(body.replace("# TODO: add n", "# À FAIRE : ajoutez n")
+                              .replace("n is", "n vaut"))  # the file's comments, messages
+    assert same(body) != same(body.replace("x = 1", "x = 2"))  # the file is code
+    assert same(body) != same(body.replace("step.py", "other.py"))
+    data = "%%writefile notes.txt\na b\n"
+    assert same(data) != same(data.replace("a b", "a c"))  # not Python: its text
 
 
 def test_a_change_of_prose_keeps_the_outputs(tmp_path, monkeypatch):
@@ -140,10 +198,12 @@ def test_every_saved_widget_points_to_a_model_the_chapter_keeps(stem):
 
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_the_saved_widgets_speak_french(stem):
-    from course_lib.course import edition
+    from course_lib.core import edition
 
     english = {k for k in edition.catalog("fr") if len(k) > 3}
     texts = [v for model in _state(_committed(stem)).values()
+             # a layout's or a style's values are CSS ("display": "none"), not text
+             if not model["model_name"].endswith(("LayoutModel", "StyleModel"))
              for v in model.get("state", {}).values() if isinstance(v, str)]
     left = sorted({t for t in texts if t in english})
     assert not left, f"{stem}: English catalog strings in the French widget state: {left}"
@@ -160,7 +220,7 @@ def test_a_french_chapter_has_outputs_where_the_english_one_has(stem):
 
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_the_french_prose_is_set_with_french_typography(stem):
-    from course_lib.course.typography import breakable
+    from course_lib.core.typography import breakable
 
     found = {c["id"]: breakable("".join(c["source"])) for c in _committed(stem)["cells"]
              if c["cell_type"] == "markdown"}
@@ -237,7 +297,7 @@ def test_a_stale_chapter_does_not_stop_the_others(tmp_path, monkeypatch, capsys)
 
 
 def test_french_typography_leaves_code_and_formulas_alone():
-    from course_lib.course.typography import NBSP, NNBSP, breakable, french
+    from course_lib.core.typography import NBSP, NNBSP, breakable, french
 
     text = ("Aparté : pourquoi ? « le rang » ; 2 x 3 ... 50 % `a : b` $x : y$ "
             "![img](a?b) [lien](http://x?y)\n```\nx = a ; b\n```\n")
@@ -260,18 +320,23 @@ def test_no_french_output_writes_thousands_with_a_comma(stem):
     """112,480 reads as 112,48 to a French reader: the chapters print counts
     through ``number``, which writes 112 480 in the French edition. A French
     decimal (1,315 for 1.315) has the same shape, so what counts is a number
-    the English chapter printed the same way: a count left in English."""
+    the English chapter's same cell printed the same way: a count left in
+    English (cell by cell: 1,000 is a French decimal in one table, an English
+    count in another cell's prompt)."""
     import re
 
     def commas(edition):
+        cells = [c for c in _committed(stem, edition)["cells"] if c["cell_type"] == "code"]
         found = []
-        for cell in _committed(stem, edition)["cells"]:
+        for cell in cells[1:] if edition == "fr" else cells:  # the French switch
+            numbers = set()
             for out in cell.get("outputs", []):
                 text = out.get("text") or out.get("data", {}).get("text/plain", "")
                 text = "".join(text) if isinstance(text, list) else text
-                found += re.findall(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])", text)
+                numbers |= set(re.findall(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])", text))
+            found.append(numbers)
         return found
 
-    english = set(commas("en"))
-    found = [n for n in commas("fr") if n in english]
+    found = sorted(n for en, fr in zip(commas("en"), commas("fr"), strict=True)
+                   for n in fr & en)
     assert not found, f"{stem}: thousands written with a comma: {found[:5]}"

@@ -126,3 +126,65 @@ def test_the_real_trainer_reproduces_the_committed_row_of_its_default(default_ru
     assert (row.verdict, row.claim_verdict, row.trains, row.recipe) == (
         want.verdict, want.claim_verdict, want.trains, want.recipe)
     assert all("not found" not in line for line in default_run.hooked), default_run.hooked
+
+
+def _describe_before(rows, brief):
+    """The table as the English edition printed it before the catalog carried
+    it (describe's own f-strings, written out again)."""
+    from course_lib.jobs.trl_grpo import LEGEND, _phrase
+
+    def said(r):
+        return (f"scaled x{r.factor:.4g}" if r.verdict == Verdict.SCALED and r.factor
+                else str(r.verdict))
+
+    lines = [f"  {'trainer':<8} {'loss_type':<9} {'vs token mean':<17} {'max err':>8}  "
+             f"{'claim':<16} {'vs claim':<8} {'trains':<16} {'recipe':<7} tokens per rank"]
+    for r in rows:
+        if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED):
+            reason = f"{_phrase(r.reason)} (in full: {DETAILS})" if brief else r.reason
+            lines.append(f"  {r.trainer or r.framework:<8} {r.loss_type or '-':<9} "
+                         f"{str(r.verdict):<17} {reason}")
+            continue
+        tokens = " / ".join("+".join(map(str, t)) for t in r.tokens)
+        lines.append(
+            f"  {r.trainer:<8} {r.loss_type or '-':<9} {said(r):<17} {r.max_err or 0:>8.1e}  "
+            f"{r.claim or 'none stated':<16} {str(r.claim_verdict or '-'):<8} "
+            f"{', '.join(r.trains) or 'none':<16} {str(r.recipe or '-'):<7} {tokens}")
+    return "\n".join(lines + (["", LEGEND] if brief else []))
+
+
+def test_the_table_speaks_the_edition(committed, monkeypatch):
+    """Chapter 09's table: English byte for byte; in French the columns, the
+    verdicts (a scale's factor with French marks), the pointer to the whole
+    reason and the legend, the columns aligned on the French words; the loss
+    types, claims, objectives and reasons as the data has them."""
+    import re
+
+    from course_lib.core import edition
+
+    monkeypatch.delenv(edition.ENV, raising=False)
+    for brief in (False, True):
+        assert describe(committed.rows, brief=brief) == _describe_before(committed.rows, brief)
+    monkeypatch.setenv(edition.ENV, "fr")
+    french = describe(committed.rows, brief=True).splitlines()
+    header = french[0]
+    columns = ("vs moyenne par token", "err. max", "revendique", "vs revendication",
+               "entraîne", "recette", "tokens par rang")
+    for column in columns:  # each column in the header, and in the legend
+        assert column in header and any(x.startswith(f"  {column} ") for x in french), column
+    rows = french[1:len(committed.rows) + 1]
+    measured = [(r, line) for r, line in zip(committed.rows, rows, strict=True)
+                if r.verdict in MEASURED]
+    assert measured
+    for r, line in measured:
+        assert line.split()[:2] == [r.trainer, r.loss_type or "-"]
+        assert line[header.index("revendique"):].startswith(r.claim or "non déclarée")
+        assert re.search(r" \d,\de[-+]\d\d  ", line), line  # max err, French marks
+        if r.verdict == Verdict.SCALED:
+            assert "à l'échelle ×" in line and not re.search(r"×\d+\.", line), line
+    for r, line in zip(committed.rows, rows, strict=True):
+        if r.verdict == Verdict.NOT_RUN:
+            assert "non exécuté" in line and line.endswith(f"(en entier\u00a0: {DETAILS})")
+    ours = [header, *(line for _, line in measured), *french[len(committed.rows) + 2:]]
+    assert not [x for x in ours if re.search(r"\b(biased|scaled|none stated|every|against|"
+                                              r"completion tokens)\b", x)]

@@ -15,6 +15,8 @@ from enum import Enum
 
 import torch
 
+from course_lib.core.edition import marks, tr
+
 
 class _Word(str, Enum):
     """A member is its word: in JSON, f-strings and ``str()`` alike."""
@@ -46,6 +48,15 @@ class EmptyOutcome(_Word):
     ZERO_STEP = "zero step"
     NAN = "NaN"  # a non-finite component on some rank
     NONZERO_STEP = "nonzero step"  # a gradient from no token: never expected
+
+
+def said(verdict: Verdict | str, factor: float | None = None) -> str:
+    """A verdict as the tables write it, in the learner's language
+    (``COURSE_EDITION``): a uniform scale with its factor, "scaled x0.956"
+    (French « à l'échelle ×0,956 »). Reports keep the ``Verdict`` itself."""
+    if verdict == Verdict.SCALED and factor:
+        return tr("scaled x{factor}").format(factor=marks(f"{factor:.4g}"))
+    return tr(str(verdict))
 
 
 # --- the tolerances ----------------------------------------------------------------

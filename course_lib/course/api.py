@@ -22,10 +22,10 @@ from course_lib.core import checkpoint, paths
 from course_lib.core.config import Config, load
 from course_lib.core.data import Corpus, collate, load_corpus, locate, parity_window
 from course_lib.core.data import prepare as prepare_data
+from course_lib.core.edition import decimal, number, tr
 from course_lib.core.model import build_model
 from course_lib.core.reference import reference_gradient
 from course_lib.core.verdicts import Verdict
-from course_lib.course.edition import decimal, number, tr
 from course_lib.jobs.audit import BugsReport
 from course_lib.jobs.evaluate import EvaluationReport, evaluate_run
 from course_lib.jobs.exercise import ExerciseReport, exercise

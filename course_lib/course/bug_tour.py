@@ -12,6 +12,7 @@ from pathlib import Path
 from course_lib.checks.world_size import sequences as world_size_sequences
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus
+from course_lib.core.edition import tr
 from course_lib.jobs.audit import AuditReport, BugsReport
 from course_lib.rank import harness
 from course_lib.reports.numbers import err_bound
@@ -24,7 +25,7 @@ FAMILIES = {  # the catalog's bugs, by what each does to the gradient
         "forgot_world_size", "extra_accumulation_division",
         "first_microbatch_only", "padding_counted", "length_before_shift",
         "count_never_reset"],
-    "the right gradient, the wrong communication": [
+    "the right arithmetic, the wrong communication": [
         "no_sync_backward_only", "join_every_microbatch"],
 }
 
@@ -45,6 +46,13 @@ RULE_LOOP = """
 """
 
 
+def _layout(name: str) -> str:
+    """A check's layout as the learner reads it: the permutation check's
+    (rank/harness.py's permuted_layouts) are words; the others, numbers."""
+    return {"as planned": tr("as planned"), "dealt by length": tr("dealt by length"),
+            "shuffled": tr("shuffled")}.get(name, name)
+
+
 def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
     """The layouts of the three invariance checks, as the checks build them:
     each microbatch shown by its supervised tokens (16 one-sequence
@@ -53,24 +61,30 @@ def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
         return sum(len(corpus.sequences[i]) - 1 for i in micro)
 
     def per_rank(layout: harness.Layout) -> str:
-        return "; ".join(f"rank {r}: {[tokens(mb) for mb in rank]}" if len(rank) <= 4
-                         else f"rank {r}: {len(rank)} x 1, {sum(map(tokens, rank))}"
-                         for r, rank in enumerate(layout))
+        rank_of = tr("rank {rank}: {tokens}")
+        return "; ".join(
+            rank_of.format(rank=r, tokens=[tokens(mb) for mb in rank]) if len(rank) <= 4
+            else rank_of.format(rank=r, tokens=f"{len(rank)} x 1, {sum(map(tokens, rank))}")
+            for r, rank in enumerate(layout))
 
-    print("accumulation_invariance: the parity window, A microbatches x B seqs")
+    print(tr("accumulation_invariance: the parity window, A microbatches x B seqs"))
     for name, layout in harness.accumulation_layouts(window).items():
         print(f"  {name:<15} {per_rank(layout)}")
-    print("permutation_invariance: the parity window, dealt to other ranks")
+    print(tr("permutation_invariance: the parity window, dealt to other ranks"))
     # the check shuffles with the config's seed + 30
-    for name, layout in harness.permuted_layouts(window, corpus, cfg.seed + 30).items():
-        print(f"  {name:<15} {per_rank(layout)}")
+    permuted = harness.permuted_layouts(window, corpus, cfg.seed + 30)
+    width = max(15, *(len(_layout(name)) for name in permuted))
+    for name, layout in permuted.items():
+        print(f"  {_layout(name):<{width}} {per_rank(layout)}")
     ids = world_size_sequences(cfg, corpus)
     size = cfg.train.batch_size_per_rank
-    print(f"world_size_invariance: {len(ids)} other sequences, microbatches of {size}")
+    print(tr("world_size_invariance: {count} other sequences, microbatches of {size}").format(
+        count=len(ids), size=size))
     for w in (1, 2, 4):
         layout = harness.world_size_layout(ids, w, size)
-        print(f"  W={w}: {w} rank(s) x {len(layout[0])} microbatch(es),"
-              f" tokens per rank {[sum(map(tokens, rank)) for rank in layout]}")
+        print("  " + tr("W={w}: {w} rank(s) x {micro} microbatch(es), tokens per rank "
+                        "{tokens}").format(w=w, micro=len(layout[0]),
+                                           tokens=[sum(map(tokens, rank)) for rank in layout]))
 
 
 @dataclass(frozen=True)
@@ -82,9 +96,15 @@ class Tour:
     def families(self) -> dict[str, list[str]]:
         return FAMILIES
 
+    def show_families(self) -> None:
+        """Each family (in the learner's language) and its step functions."""
+        for family, names in FAMILIES.items():
+            print(f"{tr(family)}{tr(': ')}{', '.join(names)}")
+
     def row(self, name: str) -> None:
         """The step function's line of the matrix: the checks that fail."""
-        print(f"{name}: fails {', '.join(self.bugs.steps[name].caught_by) or 'nothing'}")
+        caught = ", ".join(self.bugs.steps[name].caught_by) or tr("nothing")
+        print(tr("{name}: fails {checks}").format(name=name, checks=caught))
 
     def diff(self, name: str, loop: bool = False) -> None:
         """The bug's body against the rule (``loop``: the rule written as the
@@ -98,9 +118,10 @@ class Tour:
         """Each layout's max |err| against the check's first layout."""
         c = AuditReport.load(self.out, f"audit-{name}").checks[check]
         shown = ", ".join(  # exactly 0: the first layout against itself
-            f"{k}: {'0' if e == 0 else err_bound(e).removeprefix('= ')}"
+            f"{_layout(k)}{tr(': ')}{'0' if e == 0 else err_bound(e).removeprefix('= ')}"
             for k, e in c.errors.items())
-        print(f"{name}, {check} {'PASS' if c.passed else 'FAIL'}: {shown}")
+        verdict = tr("PASS") if c.passed else tr("FAIL")
+        print(f"{name}, {check} {verdict}{tr(': ')}{shown}")
 
 
 def tour(bugs: BugsReport, out: Path) -> Tour:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from course_lib.core import objectives, paths
-from course_lib.course import docs_page, edition, plots, typography
+from course_lib.core import edition, objectives, paths, typography
+from course_lib.core.edition import number, tr
+from course_lib.course import docs_page, plots
 from course_lib.course.docs_page import DocsPage
-from course_lib.course.edition import number, tr
 from course_lib.course.style import COLORS
 from course_lib.jobs.audit import BugsReport
 

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from course_lib.core.edition import number, tr
 from course_lib.frameworks import options
 from course_lib.frameworks.evidence import (
     CONFIGURATION_HEAD,
@@ -41,18 +42,21 @@ def describe(live: FrameworksReport | Sequence[FrameworkRow] | None = None,
     if grouped:
         return _grouped(doc, rows, framework)
     lines = doc.lines(rows, framework)
-    cells = [CONFIGURATION_HEAD, *(line.cells for line in lines)]
+    cells = [tuple(tr(h) for h in CONFIGURATION_HEAD), *(line.cells for line in lines)]
     widths = [max(len(c[i]) for c in cells) for i in range(len(CONFIGURATION_HEAD) - 1)]
     versions = sorted({f"{p} {v}" for r in doc.rows for p, v in r.stack.items()})
     mine = [r for r in rows if r.uses]
     here = sorted({f"{p} {v}" for r in mine for p, v in r.stack.items()})
-    tally = Counter(line.verdict.split(" x")[0] for line in lines)
-    head = [f"The configurations (--with), each on the skewed window: the gradient of the "
-            f"first optimizer step vs the token mean. {len(lines)} lines: "
-            + ", ".join(f"{n} {v}" for v, n in tally.items()) + ".",
-            f"committed: {Configurations.path().name} ({doc.date}; {', '.join(versions)})",
-            f"live: {len(mine)} rows ({', '.join(here)})" if mine else
-            "live: none (audit_frameworks(..., uses=[...]) measures them here)"]
+    tally = Counter(re.sub(r" [x×]\S+$", "", line.verdict) for line in lines)  # no factor
+    head = [tr("The configurations (--with), each on the skewed window: the gradient of the "
+               "first optimizer step vs the token mean. {count} lines: {tally}.").format(
+        count=len(lines), tally=", ".join(f"{n} {v}" for v, n in tally.items())),
+            tr("committed: {file} ({date}; {versions})").format(
+        file=Configurations.path().name, date=doc.date, versions=", ".join(versions)),
+            tr("live: {rows} rows ({versions})").format(rows=len(mine), versions=", ".join(
+                here)) if mine else
+            tr("live: none ({call} measures them here)").format(  # code, as typed
+                call="audit_frameworks(..., uses=[...])")]
     table = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  "
              + row[-1] for row in cells]
     return "\n".join([*head, *table])
@@ -60,8 +64,13 @@ def describe(live: FrameworksReport | Sequence[FrameworkRow] | None = None,
 
 # --- grouped: what a configuration changes, against the plain framework ---------------
 
-PLAIN = {"hf": "the plain Trainer", "trl": "the plain SFTTrainer"}
 PACKAGE = {"hf": "transformers"}
+
+
+def _plain(framework: str) -> str:
+    """The framework without any configuration, in the learner's language."""
+    return {"hf": tr("the plain Trainer"), "trl": tr("the plain SFTTrainer")}.get(
+        framework) or tr("plain {framework}").format(framework=framework)
 
 
 def _said(row: FrameworkRow) -> tuple[str, str]:
@@ -83,7 +92,8 @@ def _short(reason: str) -> str:
     """A not-run reason in a few words: the missing package, or its first clause."""
     if reason.startswith(MISSING):
         package = re.search(r"([A-Za-z][\w.-]*)\s*>=", reason)
-        return f"{package.group(1) if package else 'a package'} not installed"
+        return (tr("{package} not installed").format(package=package.group(1)) if package
+                else tr("a package not installed"))
     head, _, rest = reason.partition(": ")
     text = rest if rest and " " not in head else reason
     return text.split(": ")[0]
@@ -121,36 +131,53 @@ def _grouped(doc: Configurations, live: Sequence[FrameworkRow],
     flags = sorted({_own_flags(r) for r in every})
     versions = sorted({f"{PACKAGE.get(r.framework, r.framework)} {r.version}" for r in every})
     mine = sum(r.uses != {} for r in live)
-    lines = [f"The --with configurations on the skewed window ({', '.join(versions)}; "
-             f"committed {doc.date}{f', {mine} rows live' if mine else ''}),",
-             f"against the plain framework's rows: {len(models)} models "
-             f"({', '.join(models)}) x {len(flags)} flag settings"]
+    live_rows = tr(", {rows} rows live").format(rows=mine) if mine else ""
+    lines = [tr("The --with configurations on the skewed window ({versions}; committed "
+                "{date}{live}),").format(versions=", ".join(versions), date=doc.date,
+                                         live=live_rows),
+             tr("against the plain framework's rows: {models} models ({names}) x {flags} "
+                "flag settings").format(models=len(models), names=", ".join(models),
+                                        flags=len(flags))]
     width = max((len(c) for _, c in groups), default=0)
+
+    def same(rows: list[FrameworkRow]) -> bool:  # as the plain framework's rows say
+        return all(r.verdict not in UNMEASURED and plain.get(
+            (r.framework, r.version, r.model, _own_flags(r))) == _said(r) for r in rows)
+
+    def unrun(rows: list[FrameworkRow]) -> bool:
+        return all(r.verdict in UNMEASURED for r in rows)
+
+    # the verdict column of the detailed lines as wide as this edition's words (English: 15)
+    in_groups = [[r for rs in states.values() for r in rs] for states in groups.values()]
+    said = max([15, *(len(_said(r)[0]) for rows in in_groups
+                      if not same(rows) and not unrun(rows) for r in rows)])
     for (fw, configuration), states in groups.items():
         rows = [r for rs in states.values() for r in rs]
         head = f"  {configuration:<{width}}  "
-        if all(r.verdict not in UNMEASURED and plain.get(
-                (r.framework, r.version, r.model, _own_flags(r))) == _said(r) for r in rows):
-            both = (f"on {'both' if len(models) == 2 else 'all'} models and "
-                    f"{'both' if len(flags) == 2 else 'all'} flag settings")
-            lines.append(f"{head}{_states(list(states))}: same as "
-                         f"{PLAIN.get(fw, f'plain {fw}')} {both}")
+        if same(rows):
+            both = tr("on {models} models and {flags} flag settings").format(
+                models=tr("both") if len(models) == 2 else tr("all"),
+                flags=tr("both") if len(flags) == 2 else tr("all"))
+            lines.append(head + tr("{states}: same as {plain} {both}").format(
+                states=_states(list(states)), plain=_plain(fw), both=both))
             continue
-        if all(r.verdict in UNMEASURED for r in rows):
-            why = dict.fromkeys(_short(r.reason or "no reason recorded") for r in rows)
-            lines.append(f"{head}{_states(list(states))}: {rows[0].verdict}, "
-                         + "; ".join(why))
+        if unrun(rows):
+            why = dict.fromkeys(_short(r.reason) if r.reason else tr("no reason recorded")
+                                for r in rows)
+            lines.append(head + tr("{states}: {verdict}, {why}").format(
+                states=_states(list(states)), verdict=_said(rows[0])[0],
+                why="; ".join(why)))
             continue
         for state, rs in states.items():
-            counts = dict.fromkeys(f"N = {r.counts.N}, R = {r.counts.R}"
-                                   for r in rs if r.counts)
-            lines.append(f"{head}{state}: " + " | ".join(counts))
+            counts = dict.fromkeys(f"N = {number(r.counts.N, 'd')}, "
+                                   f"R = {number(r.counts.R, 'd')}" for r in rs if r.counts)
+            lines.append(f"{head}{state}{tr(': ')}" + " | ".join(counts))
             for flag in dict.fromkeys(_own_flags(r) for r in rs):
-                said: dict[tuple[str, str], list[str]] = {}
+                by_said: dict[tuple[str, str], list[str]] = {}
                 for r in rs:
                     if _own_flags(r) == flag:
-                        said.setdefault(_said(r), []).append(r.model)
-                for i, ((verdict, formula), ms) in enumerate(said.items()):
+                        by_said.setdefault(_said(r), []).append(r.model)
+                for i, ((verdict, formula), ms) in enumerate(by_said.items()):
                     lines.append(f"    {flag if i == 0 else '':<{max(map(len, flags))}}  "
-                                 f"{', '.join(ms):<11} {verdict:<15} {formula}")
+                                 f"{', '.join(ms):<11} {verdict:<{said}} {formula}")
     return "\n".join(lines)

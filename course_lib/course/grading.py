@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from course_lib.core import paths
-from course_lib.course import typography
-from course_lib.course.edition import catalog, current, tr
+from course_lib.core import paths, typography
+from course_lib.core.edition import catalog, current, tr
 
 
 class UnknownQuestion(KeyError):

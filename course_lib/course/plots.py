@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from course_lib.core.data import Corpus
-from course_lib.course.edition import decimal, number, tr
+from course_lib.core.edition import decimal, number, tr
 from course_lib.course.style import COLORS, LABELS, in_edition, rank_color
 from course_lib.reports.numbers import TINY, err_bound
 
@@ -461,8 +461,8 @@ def uneven_timeline(microbatches: list[int], steps: list[str]) -> Figure:
             if how == "last" and m < longest:  # its one sync waits for the others'
                 ax.add_patch(Rectangle((m, y - 0.12), longest - m - 0.15, 0.24,
                                        facecolor=wait, edgecolor="none"))
-                ax.text((m + longest) / 2, y, tr("waits in its sync for the other rank's"),
-                        ha="center", va="center", fontsize=7)
+                ax.text((m + longest) / 2, y, tr("waits for rank {rank}'s sync").format(
+                    rank=microbatches.index(longest)), ha="center", va="center", fontsize=7)
             if hang is not None and m >= hang:
                 ax.add_patch(Rectangle((hang, y - 0.12), longest - hang + 0.4, 0.24,
                                        facecolor=fail, edgecolor="none", alpha=0.35))

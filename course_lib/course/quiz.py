@@ -14,7 +14,7 @@ bank's (``course.questions``, one module per chapter); how one is graded is
 
 from __future__ import annotations
 
-from course_lib.course.edition import tr
+from course_lib.core.edition import tr
 from course_lib.course.grading import (
     RIGHT,
     UNANSWERED,

@@ -12,8 +12,8 @@ import html
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
+from course_lib.core.edition import decimal, marks, number, tr
 from course_lib.course.api import EvaluationReport
-from course_lib.course.edition import decimal, marks, number, tr
 from course_lib.jobs.parity import ParityReport
 from course_lib.jobs.resume import ResumeReport
 from course_lib.reports.numbers import err_bound
@@ -76,7 +76,7 @@ def rows(out: Path) -> list[Row]:
         Row(tr("gradient values"), number(R1["compared_values"]), number(p.compared_values),
             tr("a smaller model")),
         Row(tr("parity, W*S_r/N"), f"{number(R1['parity_correct'], '.2e')} {tr('PASS')}",
-            f"{marks(err_bound(p.correct.max_abs_err))} {verdict}",
+            f"{err_bound(p.correct.max_abs_err)} {verdict}",
             tr("gloo on CPU: another summation order")),
         Row(tr("parity, mean of means"), f"{decimal(R1['parity_mean_of_means'])} {tr('FAIL')}",
             f"{_decimal(p.control_mode.max_abs_err)} {control}", tr("another model and data")),

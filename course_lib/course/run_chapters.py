@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from course_lib.core import paths
+from course_lib.core import edition, paths
 from course_lib.course import api as protocol
-from course_lib.course import edition, translation
+from course_lib.course import translation
 
 RUN_NAME = "course"  # the chapters' shared run directory: runs/course
 

@@ -4,7 +4,7 @@ the tick labels' numbers as the edition writes them."""
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
-from course_lib.course.edition import current, marks
+from course_lib.core.edition import current, marks
 
 COLORS = {
     "global_token": "#1b7837",     # the course's rule: W * S_r / N (green)

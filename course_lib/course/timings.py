@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from course_lib.course.edition import tr
+from course_lib.core.edition import tr
 from course_lib.reports.store import Committed
 
 # expect("05_bug_lab", "bugs") in a cell's source: (chapter, label).

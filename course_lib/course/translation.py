@@ -5,7 +5,10 @@ entry per markdown cell, keyed by the cell's stable id, holding the French
 text and the hash of the English source it was translated from. The French
 notebook ``notebooks/fr/<chapter>.ipynb`` is built from the English chapter:
 its markdown from the entries, its code cells copied, so that a change to
-the code reaches both editions. A cell added, changed or removed in English
+the code reaches both editions. A code cell that prints labels for the
+learner or asks for an answer in a comment may have an entry too: the same
+program, with its messages and comments in French (``program`` checks that
+only those differ). A cell added, changed or removed in English
 makes the chapter stale until it is translated again (``problems``), and the
 build refuses a stale chapter (and builds the others). The hash is of the
 text with its whitespace collapsed, so a reflowed cell needs no new
@@ -23,6 +26,7 @@ French prose is set with French typography as it is built (``typography``).
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import hashlib
 import json
@@ -31,9 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from course_lib.core import paths
-from course_lib.course import edition as editions
-from course_lib.course import typography
+from course_lib.core import edition as editions
+from course_lib.core import paths, typography
 
 EDITION = "fr"
 # The code cell that switches the kernel to the edition, right after the title.
@@ -89,14 +92,103 @@ def _text(cell: dict) -> str:
     return "".join(cell["source"])
 
 
-def _markdown(stem: str) -> list[dict]:
-    """The English chapter's markdown cells; each must have an id (nbformat 4.5)."""
+def _cells(stem: str) -> list[dict]:
+    """The English chapter's cells; each must have an id (nbformat 4.5)."""
     cells = _load(english(stem))["cells"]
     for index, cell in enumerate(cells):
         if "id" not in cell:
             raise TranslationError(f"{stem}, cell {index}: no id: save the chapter with "
                                    "nbformat 4.5 or later, which gives every cell one")
-    return [c for c in cells if c["cell_type"] == "markdown"]
+    return cells
+
+
+# Calls whose text is the edition's way of writing a number: ``{number(x)}``
+# in a French f-string says what ``{x:,}`` says in English.
+_NUMBERS = {"number", "decimal"}
+
+
+def _called(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Call):
+        func = node.func
+        return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    return None
+
+
+def _printed(node: ast.expr) -> ast.expr:
+    """``x`` for ``number(x, ...)`` or ``decimal(x, ...)``: the value printed."""
+    if isinstance(node, ast.Call) and _called(node) in _NUMBERS and node.args:
+        return node.args[0]
+    return node
+
+
+def _blank_strings(node: ast.expr) -> ast.expr:
+    for child in ast.walk(node):
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            child.value = ""
+    return node
+
+
+def _writes_python(node: ast.Call) -> bool:
+    """``%%writefile path.py``: a Python file the learner reads and runs."""
+    args = node.args
+    return (len(args) == 3 and all(isinstance(a, ast.Constant) for a in args)
+            and args[0].value == "writefile"  # type: ignore[attr-defined]
+            and str(args[1].value).strip().endswith(".py"))  # type: ignore[attr-defined]
+
+
+class _Blank(ast.NodeTransformer):
+    """Blanks what a code cell says to the learner: every string literal with
+    a space in it (a message, a label, a column), every string a print call
+    or an f-string's field prints (a word: "to", 'PASS', "%"), an f-string's
+    format specs and conversions, an edition's number call around a printed
+    value, and the import of those calls from the face. Identifiers, paths,
+    options and quiz keys have no space and must stay as they are. A
+    %%writefile of a .py file is held to its program likewise; any other
+    magic or shell line stays as it is."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if _called(node) == "run_cell_magic" and _writes_python(node):
+            body = node.args[2]  # %%writefile x.py: the file is a program too
+            node.args[2] = ast.Constant(program(body.value))  # type: ignore[attr-defined]
+            return node
+        if _called(node) in ("run_cell_magic", "run_line_magic", "system", "getoutput"):
+            return node
+        if _called(node) == "print":
+            node.args = [_blank_strings(a) if isinstance(a, ast.Constant) else a
+                         for a in map(_printed, node.args)]
+            for arg in node.args:  # an f-string's text, printed: "{x:.0f}%" may be "{x} %"
+                if isinstance(arg, ast.JoinedStr):
+                    arg.values = [ast.Constant("") if isinstance(v, ast.Constant) else v
+                                  for v in arg.values]
+        return self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if node.module == "course_lib":  # the edition's number writers, imported to print
+            node.names = [a for a in node.names if a.name not in _NUMBERS]
+        return node
+
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> ast.AST:
+        node.value = _printed(node.value)
+        if isinstance(node.value, (ast.Constant, ast.IfExp)):  # {'step':<26}, {'PASS' if ..}
+            node.value = _blank_strings(node.value)
+        node.format_spec, node.conversion = None, -1  # {x!r}: a format too
+        return self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, str) and (any(ch.isspace() for ch in node.value)
+                                            or node.value == "%"):  # French: " %"
+            return ast.Constant("")
+        return node
+
+
+def program(source: str) -> str:
+    """What a code cell does, apart from what it says to the learner: its
+    syntax tree without comments or messages (``_Blank``). A French code
+    cell must have the English one's program."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    tree = ast.parse(TransformerManager().transform_cell(source))
+    return ast.dump(_Blank().visit(tree))
 
 
 def _renamed(cells: list[dict], entries: dict[str, dict]) -> dict[str, str]:
@@ -129,17 +221,24 @@ def _entries(stem: str, edition: str, cells: list[dict]) -> dict[str, dict]:
 
 
 def problems(stem: str, edition: str = EDITION) -> list[str]:
-    """One line per cell to translate: missing, stale, or orphaned."""
-    cells = _markdown(stem)
+    """One line per cell to translate: missing (markdown), stale, orphaned,
+    or a code entry whose program is not the English one's."""
+    cells = _cells(stem)
     entries = _entries(stem, edition, cells)
     found = []
     for cell in cells:
         entry = entries.get(cell["id"])
         if entry is None:
-            found.append(f"{stem}, cell {cell['id']}: no {NAMES[edition]} entry: translate it")
+            if cell["cell_type"] == "markdown":
+                found.append(f"{stem}, cell {cell['id']}: no {NAMES[edition]} entry: "
+                             "translate it")
         elif entry["en_sha256"] != source_hash(_text(cell)):
             found.append(f"{stem}, cell {cell['id']}: the English changed since it was "
                          "translated: translate it again")
+        elif cell["cell_type"] == "code" and program(entry[edition]) != program(_text(cell)):
+            found.append(f"{stem}, cell {cell['id']}: the {NAMES[edition]} code does more "
+                         "than the English: only its comments, messages and number "
+                         "formats may differ")
     ids = {c["id"] for c in cells}
     found += [f"{stem}, cell {cid}: an entry whose English cell is gone: remove it"
               for cid in entries if cid not in ids]
@@ -156,15 +255,17 @@ def build(stem: str, edition: str = EDITION) -> dict:
     if stale:
         raise TranslationError("; ".join(stale))
     nb = _load(english(stem))
-    entries = _entries(stem, edition, _markdown(stem))
+    entries = _entries(stem, edition, nb["cells"])
     cells = []
     for cell in nb["cells"]:
         cell = copy.deepcopy(cell)
+        entry = entries.get(cell["id"])
         if cell["cell_type"] == "markdown":
-            text = typography.french(entries[cell["id"]]["fr"])
+            text = typography.french(entry[edition])  # type: ignore[index]
             cell["source"] = _lines(UP.sub(r"\1../../", text))
         else:
-            cell["source"] = _lines(UP.sub(r"\1../../", _text(cell)))
+            text = entry[edition] if entry else _text(cell)
+            cell["source"] = _lines(UP.sub(r"\1../../", text))
             cell["outputs"], cell["execution_count"] = [], None
             cell["metadata"].pop("execution", None)
         cells.append(cell)
@@ -255,7 +356,7 @@ def _follow_renames(stem: str, edition: str) -> None:
     """Key each renamed cell's entry by its new id, in the entries file."""
     path = entries_path(stem, edition)
     doc = _load(path)
-    moved = _follow(_markdown(stem), doc["cells"])
+    moved = _follow(_cells(stem), doc["cells"])
     if not moved:
         return
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

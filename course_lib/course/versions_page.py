@@ -53,9 +53,10 @@ gradient matches, as a token's weight:
 | ... without 1/M | M times the same |
 
 N is the window's supervised targets, N_r rank r's, n_{r,m} one microbatch's,
-R the rows whose first label is supervised (a count taken before the shift
-finds N + R), W the ranks and M the microbatches per rank. Only the token mean
-is exact: a relative error below 1e-5 in float32."""
+R the rows whose first label is not -100 (a count of ne(-100) taken before
+the shift finds N + R, though no position predicts those labels), W the
+ranks and M the microbatches per rank. Only the token mean is exact: a
+relative error below 1e-5 in float32."""
 
 TRAINER = f"""\
 What each release changed, as the runs measured it (a version that is not in

@@ -24,8 +24,8 @@ from IPython.display import Image
 from matplotlib.figure import Figure
 
 from course_lib.core import arithmetic
+from course_lib.core.edition import decimal, number, tr
 from course_lib.course import quiz
-from course_lib.course.edition import decimal, number, tr
 from course_lib.course.style import COLORS, LABELS, in_edition, rank_color
 
 MAX_RANKS = 8
@@ -439,9 +439,9 @@ class Quiz(_Displayable):
         self.widget = _tagged(w.VBox([*rows, self.button]), "course-question")
 
     def _static_text(self) -> str:
-        return "\n".join(tr("Question (answer it in the next cell, or run the "
-                             "notebook for this form): {prompt}").format(prompt=quiz.ask(qid))
-                          for qid in self.ids)
+        return "\n".join(tr('Question (answer it with check("{qid}", ...), or run the '
+                             "notebook for this form): {prompt}").format(
+            qid=qid, prompt=quiz.ask(qid)) for qid in self.ids)
 
     @staticmethod
     def _input(q: quiz.Question) -> w.DOMWidget:

@@ -30,7 +30,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from course_lib import frameworks
-from course_lib.core.verdicts import TOLERANCE, Verdict
+from course_lib.core.edition import marks, tr
+from course_lib.core.verdicts import TOLERANCE, Verdict, said
 from course_lib.frameworks import candidates, options
 from course_lib.frameworks.candidates import CANDIDATES
 from course_lib.reports.store import Committed
@@ -80,10 +81,9 @@ class FrameworkRow:
 
     @property
     def said(self) -> str:
-        """The verdict as every table writes it: a uniform scale with its factor."""
-        if self.verdict == Verdict.SCALED and self.factor:
-            return f"scaled x{self.factor:.4g}"
-        return str(self.verdict)
+        """The verdict as every table writes it, in the learner's language: a
+        uniform scale with its factor (``verdicts.said``)."""
+        return said(self.verdict, self.factor)
 
 
 # Rows without a gradient: refused or missing here, or raised while training.
@@ -201,8 +201,8 @@ class Configurations(Matrix):
             if framework is not None and row.framework != framework:
                 continue
             configuration, state = _state_of(row)
-            said = (row.said, f"{'live' if is_live else 'committed'} {row.version or '-'}",
-                    finding(row))
+            measured = tr("live {version}") if is_live else tr("committed {version}")
+            said = (row.said, measured.format(version=row.version or "-"), finding(row))
             groups.setdefault((row.framework, configuration, state), []).append(
                 (row.model, said))
         out = []
@@ -264,13 +264,19 @@ def finding(row: FrameworkRow) -> str:
     its residual, when none is within the tolerance), or why the row has no
     gradient. Never a pass for a row that was not run."""
     if row.verdict in UNMEASURED:
-        return row.reason or "no reason recorded"
-    said = row.matches or "no formula"
+        return row.reason or tr("no reason recorded")
+    text = tr(row.matches) if row.matches else tr("no formula")
     if row.verdict == Verdict.RANKS_DISAGREE:
-        said = f"the ranks hold different gradients (rank 0: {said})"
+        text = tr("the ranks hold different gradients (rank 0: {formula})").format(
+            formula=text)
     if row.residual is not None and row.residual > TOLERANCE.of(row.precision):
-        said += f" (nearest; residual {row.residual:.1e})"
-    return said
+        text += nearest(row.residual)
+    return text
+
+
+def nearest(residual: float) -> str:
+    """What a formula matched only as the nearest says: its residual."""
+    return tr(" (nearest; residual {residual})").format(residual=marks(f"{residual:.1e}"))
 
 
 # --- the real code: what the version matrix measured for each recipe -----------------------
@@ -298,14 +304,17 @@ class RealCode:
     def text(self) -> str:
         """One line: which versions and model classes were run, and the outcome."""
         if not self.rows:
-            tried = f"; tried: {self.tried}" if self.tried else ""
-            return f"not run ({self.unrun}{tried})"
-        ran = "; ".join(_versions(self.rows, fw) for fw in dict.fromkeys(
+            tried = tr("; tried: {tried}").format(tried=self.tried) if self.tried else ""
+            return tr("not run ({why})").format(why=self.unrun + tried)
+        ran = tr("; ").join(_versions(self.rows, fw) for fw in dict.fromkeys(
             r.framework for r in self.rows))
         if self.agrees:
-            return f"run: {ran}: {self.formula}, as predicted"
-        odd = ", ".join(f"{r.entry} {r.model} {r.matches}" for r in self.disagreeing)
-        return f"run: {ran}: {len(self.disagreeing)} of {len(self.rows)} differ ({odd})"
+            return tr("run: {ran}: {formula}, as predicted").format(
+                ran=ran, formula=tr(self.formula) if self.formula else self.formula)
+        odd = ", ".join(f"{r.entry} {r.model} {tr(r.matches) if r.matches else r.matches}"
+                        for r in self.disagreeing)
+        return tr("run: {ran}: {differ} of {rows} differ ({which})").format(
+            ran=ran, differ=len(self.disagreeing), rows=len(self.rows), which=odd)
 
 
 def _package(sel: RealRun) -> str:
@@ -326,7 +335,8 @@ def _versions(rows: Sequence[MatrixRow], framework: str) -> str:
     versions = sorted({r.version or "?" for r in mine}, key=Version)
     models = sorted({r.model for r in mine})
     label = frameworks.adapter(framework).package
-    return f"{label} {', '.join(versions)} on {', '.join(models)}"
+    return tr("{package} {versions} on {models}").format(
+        package=label, versions=", ".join(versions), models=", ".join(models))
 
 
 def real_code(recipe: Recipe, matrix: Matrix) -> RealCode:
@@ -388,24 +398,27 @@ class LossRuns(Committed):
 def loss_code_text(recipe: Recipe, runs: LossRuns | None) -> str:
     """The real-code line of a recipe whose loss function was run (TRL GRPO)."""
     if runs is None:
-        return f"not run ({LossRuns.path().name} was never written)"
+        return tr("not run ({file} was never written)").format(file=LossRuns.path().name)
     found = runs.by_key()
     mine = [found.get(k) for k in recipe.loss_runs]
     missing = [k for k, r in zip(recipe.loss_runs, mine, strict=True) if r is None]
     if missing:
-        return f"not run ({', '.join(missing)}: not in {LossRuns.path().name})"
+        return tr("not run ({keys}: not in {file})").format(
+            keys=", ".join(missing), file=LossRuns.path().name)
     done = [r for r in mine if r is not None and r.status == "run"]
-    if not done:
-        return "not run (" + "; ".join(f"{r.key}: {r.reason}" for r in mine if r) + ")"
+    if not done:  # the reasons are the runs' own
+        return tr("not run ({why})").format(
+            why="; ".join(f"{r.key}: {r.reason}" for r in mine if r))
     bad = [r.key for r in done if not r.agrees]
     where = ", ".join(f"trl {r.version}" for r in done)
     worst = max(r.grad_max_abs_diff or 0.0 for r in done)
     if bad:
-        return f"run (loss function, {where}): differs ({', '.join(bad)})"
+        return tr("run (loss function, {where}): differs ({keys})").format(
+            where=where, keys=", ".join(bad))
     skipped = [r.key for r in mine if r is not None and r.status != "run"]
-    tail = f"; not run: {', '.join(skipped)}" if skipped else ""
-    return (f"run (loss function, {where}): loss and gradient allclose, "
-            f"max |dg| {worst:.1e}{tail}")
+    tail = tr("; not run: {keys}").format(keys=", ".join(skipped)) if skipped else ""
+    return tr("run (loss function, {where}): loss and gradient allclose, max |dg| "
+              "{worst}{tail}").format(where=where, worst=marks(f"{worst:.1e}"), tail=tail)
 
 
 # --- the real RL trainers under torchrun: data/trl-grpo-trainer.json -------------------------

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from course_lib.core.edition import tr
 from course_lib.frameworks import installed as installed_version
 
-FORMULA = 16  # width of the formula column
+FORMULA = 16  # width of the formula column (wider where the edition's labels are)
+NOT_FOUND = "not found in this version"  # where a line this version lacks would be
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def _found(wanted: Sequence[Wanted]) -> tuple[Line, ...]:
     for w in wanted:
         line = find(w)
         if line is None and not w.optional:
-            line = Line(w.formula, "not found in this version",
+            line = Line(w.formula, NOT_FOUND,
                         (" or ".join(repr(f) for f in w.fragments),))
         if line is not None:
             found.append(line)
@@ -214,18 +216,34 @@ def _found(wanted: Sequence[Wanted]) -> tuple[Line, ...]:
 def installed() -> Source:
     """The lines of the installed transformers, from the fetch to the backward."""
     version = installed_version("transformers")
-    return Source(f"transformers {version}, installed here", _found(TRANSFORMERS))
+    return Source(tr("transformers {version}, installed here").format(version=version),
+                  _found(TRANSFORMERS))
 
 
 def describe(*sources: Source) -> str:
-    """Each line beside the formula it implements: formula, file:line, code."""
+    """Each line beside the formula it implements: formula, file:line, code.
+    The titles and labels in the learner's language (``COURSE_EDITION``; the
+    catalog has each of ``labels()``); ``Line.formula`` itself stays as
+    written, since chapters pick lines by it."""
+    shown = {line.formula: tr(line.formula) for source in sources for line in source.lines}
+    width = max([FORMULA, *map(len, shown.values())])
     out = []
     for source in sources:
-        out.append(source.title)
+        out.append(tr(source.title))  # a quoted source's; the others are made in the edition
         for line in source.lines:
-            out.append(f"  {line.formula:<{FORMULA}}  {line.where}")
-            out.extend(f"  {'':<{FORMULA}}    {code}" for code in line.code)
+            where = tr("not found in this version") if line.where == NOT_FOUND else line.where
+            out.append(f"  {shown[line.formula]:<{width}}  {where}")
+            out.extend(f"  {'':<{width}}    {code}" for code in line.code)
     return "\n".join(out)
+
+
+def labels() -> set[str]:
+    """Every label ``describe`` writes beside a line, and the quoted sources'
+    titles: what the catalog translates."""
+    wanted = [*TRANSFORMERS, *(w for _, _, ws in LOGGING for w in ws),
+              *(w for _, ws in TRL_GRPO for w in ws)]
+    return ({w.formula for w in wanted} | {line.formula for s in QUOTED for line in s.lines}
+            | {s.title for s in QUOTED})
 
 
 # 07: how each framework turns the ranks' losses into the number it logs,
@@ -276,7 +294,7 @@ def logging() -> tuple[Source, ...]:
         found = []
         for w in wanted:
             line = find(w)
-            found.append(line or Line(w.formula, "not found in this version",
+            found.append(line or Line(w.formula, NOT_FOUND,
                                       (" or ".join(repr(f) for f in w.fragments),)))
         sources.append(Source(f"{title}: {package} {installed_version(package)}",
                               tuple(found)))
@@ -336,6 +354,7 @@ def trl_grpo() -> dict[str, Source]:
     version = installed_version("trl")
     found = {}
     for title, wanted in TRL_GRPO:
-        shown = title if title == "the token term" else f"loss_type={title!r}"
-        found[title] = Source(f"TRL {version}, GRPOTrainer: {shown}", _found(wanted))
+        shown = tr("the token term") if title == "the token term" else f"loss_type={title!r}"
+        found[title] = Source(tr("TRL {version}, GRPOTrainer: {shown}").format(
+            version=version, shown=shown), _found(wanted))
     return found

@@ -19,6 +19,7 @@ from course_lib import checks
 from course_lib.checks import CheckResult
 from course_lib.core import objectives, paths
 from course_lib.core.config import Config
+from course_lib.core.edition import marks, tr
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank import harness
 from course_lib.rank.context import RankContext
@@ -238,23 +239,31 @@ def bugs(cfg: Config, out: Path, objective: str | None = None, **kw: Any) -> Bug
 
 
 def describe(report: AuditReport) -> str:
-    """The audit as a short table: one line per check."""
+    """The audit as a short table: one line per check (in the learner's
+    language: ``COURSE_EDITION``; a check's note is the report's, English)."""
     from course_lib.reports.numbers import short
 
-    lines = [f"Audit of {report.step} ({report.kind}): {report.world_size} ranks, "
-             f"{report.backend} on {report.device}, {report.dtype}"
-             + ("" if report.objective == objectives.DEFAULT
-                else f"; objective {report.objective}")]
+    lines = [tr("Audit of {step} ({kind}): {ranks} ranks, {backend} on {device}, "
+                "{dtype}").format(
+        step=report.step, kind=report.kind, ranks=report.world_size, backend=report.backend,
+        device=tr(report.device) if report.device == "cpu" else report.device,
+        dtype=report.dtype)
+        + ("" if report.objective == objectives.DEFAULT
+           else tr("; objective {objective}").format(objective=report.objective))]
+    width = max(len(tr("PASS")), len(tr("FAIL")))  # the details in one column
     for name, c in report.checks.items():
-        verdict = "PASS" if c.passed else "FAIL"
+        verdict = tr("PASS") if c.passed else tr("FAIL")
         if c.max_abs_err is None:
             detail = c.note
         elif c.passed:  # rounding decides the digits: the report keeps them
-            detail = f"max |err| within atol {c.atol:g}, rtol {c.rtol:g}"
+            detail = tr("max |err| within atol {atol}, rtol {rtol}").format(
+                atol=marks(f"{c.atol:g}"), rtol=marks(f"{c.rtol:g}"))
         else:
-            detail = f"max |err| {short(c.max_abs_err)} (atol {c.atol:g}, rtol {c.rtol:g})"
-        lines.append(f"  {name:<24} {verdict}  {detail}")
-    lines.append(f"  {'verdict':<24} {'PASS' if report.passed else 'FAIL'}")
+            detail = tr("max |err| {err} (atol {atol}, rtol {rtol})").format(
+                err=marks(short(c.max_abs_err)), atol=marks(f"{c.atol:g}"),
+                rtol=marks(f"{c.rtol:g}"))
+        lines.append(f"  {name:<24} {verdict:<{width}}  {detail}")
+    lines.append(f"  {tr('verdict'):<24} {tr('PASS') if report.passed else tr('FAIL')}")
     return "\n".join(lines)
 
 

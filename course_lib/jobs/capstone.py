@@ -39,6 +39,7 @@ from course_lib.checks import CheckResult
 from course_lib.checks import world_size as world_size_check
 from course_lib.core import checkpoint, paths
 from course_lib.core.config import Config
+from course_lib.core.edition import marks, tr
 from course_lib.core.evaluate import RTOL
 from course_lib.core.evaluate import evaluate as reference_evaluation
 from course_lib.core.model import build_model
@@ -55,6 +56,8 @@ from course_lib.steps.registry import load_function
 FUNCTIONS = ("step", "save", "load", "evaluate")
 EVALUATION_WORLDS = (2, 3)  # the audit's W, and one that does not divide the test split
 # Each property the grader measures, and what its failure means (never the fix).
+# What a failed property says: English here, the learner's language in
+# ``describe`` (the catalog has each; tests/test_edition.py reads them here).
 PROPERTIES: dict[str, str] = {
     "parity": "the gradient differs from the single-process reference",
     "trajectory": "over 5 updates the gradient leaves the single-process reference",
@@ -63,7 +66,7 @@ PROPERTIES: dict[str, str] = {
     "permutation_invariance": "the gradient changes with the ranks the sequences go to",
     "no_sync": "the gradients are synced before the last microbatch, or differ after it",
     "resume": "stop, save, load and go on ends with other parameters than a continuous run",
-    **{f"evaluate_w{w}": f"at W={w} the evaluation differs from the single-process one"
+    **{f"evaluate_w{w}": "at W={w} the evaluation differs from the single-process one"
        for w in EVALUATION_WORLDS},
 }
 # The step's properties: the audit's checks. world_size_invariance runs
@@ -325,27 +328,33 @@ def check(cfg: Config, out: Path, file: Path, **kw: Any) -> CapstoneReport:
 
 
 def describe(report: CapstoneReport) -> str:
-    """One line per property: PASS, or FAIL and what failed."""
+    """One line per property: PASS, or FAIL and what failed (in the learner's
+    language: ``COURSE_EDITION``; the CLI's stays English)."""
     from course_lib.reports.numbers import short
 
     file = Path(report.file)
     shown = file.relative_to(paths.project_root()) if file.is_relative_to(
         paths.project_root()) else file
     others = [w for w in STEP_WORLDS if w != report.world_size]
-    lines = [f"Capstone check of {shown}: the step and resume at "
-             f"{report.world_size} ranks (the step also at "
-             f"{' and '.join(map(str, others))}), the evaluation at "
-             f"{' and '.join(map(str, EVALUATION_WORLDS))}; {report.backend} on "
-             f"{report.device}, {report.dtype} (the evaluation in float64)"]
+    also = tr(" and ")
+    lines = [tr("Capstone check of {file}: the step and resume at {ranks} ranks (the step "
+                "also at {others}), the evaluation at {evaluation}; {backend} on {device}, "
+                "{dtype} (the evaluation in float64)").format(
+        file=shown, ranks=report.world_size, others=also.join(map(str, others)),
+        evaluation=also.join(map(str, EVALUATION_WORLDS)), backend=report.backend,
+        device=tr(report.device) if report.device == "cpu" else report.device,
+        dtype=report.dtype)]
+    width = max(len(tr("PASS")), len(tr("FAIL")))  # what failed, in one column
     for name, r in report.properties.items():
         if r.passed:
-            lines.append(f"  {name:<24} PASS")
+            lines.append(f"  {name:<24} {tr('PASS')}")
             continue
-        err = f" (max |err| {short(r.max_abs_err)})" if r.max_abs_err else ""
+        err = f" (max |err| {marks(short(r.max_abs_err))})" if r.max_abs_err else ""
         known = {k: v for k, v in r.errors.items() if v is not None}
         if name.startswith("evaluate") and known:  # which metric is off
             worst = max(known, key=lambda k: known[k])
-            err = f" ({worst} |err| {short(known[worst])})"
-        lines.append(f"  {name:<24} FAIL  {PROPERTIES[name]}{err}")
-    lines.append(f"  {'verdict':<24} {'PASS' if report.passed else 'FAIL'}")
+            err = f" ({worst} |err| {marks(short(known[worst]))})"
+        said = tr(PROPERTIES[name]).format(w=name.removeprefix("evaluate_w"))
+        lines.append(f"  {name:<24} {tr('FAIL'):<{width}}  {said}{err}")
+    lines.append(f"  {tr('verdict'):<24} {tr('PASS') if report.passed else tr('FAIL')}")
     return "\n".join(lines)

@@ -26,11 +26,18 @@ import torch
 import torch.distributed as dist
 
 from course_lib import frameworks
+from course_lib.core.edition import tr
 from course_lib.core.verdicts import NOT_FINITE, TOLERANCE, Verdict
 from course_lib.frameworks import candidates, models, options
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
-from course_lib.frameworks.evidence import UNMEASURED, FrameworkRow, RankResult, WindowCounts
+from course_lib.frameworks.evidence import (
+    UNMEASURED,
+    FrameworkRow,
+    RankResult,
+    WindowCounts,
+    nearest,
+)
 from course_lib.jobs.kind import JobKind, launch
 from course_lib.rank.context import RankContext
 from course_lib.reports.store import Report, RunHeader
@@ -442,24 +449,35 @@ COINCIDE = {"counted before the shift": candidates.EXACT.name,
 
 
 def describe(report: FrameworksReport) -> str:
-    """One line per configuration: the verdict, the formula it matches."""
-    lines = [f"Frameworks, audited: {report.world_size} ranks, {report.backend} on "
-             f"{report.device}; the gradient of the first optimizer step vs the token mean",
-             f"  {'framework':<11} {'version':<9} {'model':<7} {'flags':<36} "
-             f"{'verdict':<17} matches"]
+    """One line per configuration: the verdict, the formula it matches (in
+    the learner's language: ``COURSE_EDITION``; the flags, a row's reason
+    and its notes are the report's, English)."""
+    rows = []
     for r in report.rows:
         flags = ", ".join([*(f"with {k}({_state(v)})" for k, v in r.uses.items()),
                            *(f"{k}={_shown(k, v)}" for k, v in r.flags.items()
                              if k not in _set_by(r.uses))]) or "-"
-        verdict = r.said
         unmeasured = r.verdict in UNMEASURED
-        tail = r.reason if unmeasured else (r.matches or "")
+        tail = r.reason if unmeasured else (tr(r.matches) if r.matches else "")
         if (not unmeasured and r.residual is not None
                 and r.residual > TOLERANCE.of(r.precision)):
-            tail += f" (nearest; residual {r.residual:.1e})"
-        lines.append(f"  {r.framework:<11} {r.version or '-':<9} {r.model:<7} {flags:<36} "
-                     f"{verdict:<17} {tail}")
-        lines += [f"    note: {note}" for note in r.notes]
+            tail += nearest(r.residual)
+        rows.append((r, flags, r.said, tail))
+    # the columns as wide as their words in this edition (English: as they were)
+    head = (tr("framework"), tr("version"), tr("model"), tr("flags"), tr("verdict"))
+    widths = [max(w, len(h)) for w, h in zip((11, 9, 7, 36, 17), head, strict=True)]
+    widths[-1] = max([widths[-1], *(len(said) for _, _, said, _ in rows)])
+    device = tr(report.device) if report.device == "cpu" else report.device
+    lines = [tr("Frameworks, audited: {ranks} ranks, {backend} on {device}; the gradient of "
+                "the first optimizer step vs the token mean").format(
+        ranks=report.world_size, backend=report.backend, device=device),
+             "  " + " ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
+             + " " + tr("matches")]
+    for r, flags, said, tail in rows:
+        cells = (r.framework, r.version or "-", r.model, flags, said)
+        lines.append("  " + " ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
+                     + f" {tail}")
+        lines += ["    " + tr("note: {note}").format(note=note) for note in r.notes]
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from course_lib import frameworks
 from course_lib.core.data import IGNORE_INDEX
+from course_lib.core.edition import tr
 from course_lib.frameworks import logged, models
 from course_lib.frameworks import window as fw_window
 from course_lib.jobs.kind import JobKind, launch
@@ -40,7 +41,10 @@ RANK_MEANS = "mean of rank means"  # (1/W) sum_r S_r / N_r
 MICRO_MEANS = "mean of microbatch means"  # every microbatch's token mean, equally
 BATCH_MEANS = "mean of batch means"  # every fed batch's token mean, duplicates in
 SAMPLE_WEIGHTED = "sample-weighted mean of batch means"  # each sample: its batch's mean
-STEP_MEANS = "sample-weighted mean of step token means"  # each sample: its step's S/N
+# each sample: W S_{r,t} / N_t, its batch's loss times W over its step's tokens
+# (the Trainer's eval_loss with the flag on); a step's samples, all kept and as many
+# on each rank, average to its token mean S_t / N_t
+STEP_MEANS = "sample-weighted mean of step token means"
 # sum S / (W floor(N / W)): Lightning's on_epoch mean, synced on gloo, averages
 # the integer batch-size total over the ranks into an integer tensor.
 FLOORED = "token mean over W floor(N / W) tokens"
@@ -94,6 +98,12 @@ class LoggedRow:
     def ranks_agree(self) -> bool:
         return all(v is not None and abs(v - self.value) <= TOLERANCE * abs(self.value)
                    for v in self.per_rank)
+
+    @property
+    def said(self) -> str:
+        """The verdict (a formula's name) in the learner's language
+        (``COURSE_EDITION``): what a chapter prints; ``verdict`` stays English."""
+        return tr(self.verdict)
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,10 @@ from typing import Any, ClassVar
 from course_lib import checks
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
+from course_lib.core.edition import marks, number, tr
 from course_lib.core.model import build_model
 from course_lib.core.normalize import EmptyWindowError
-from course_lib.core.verdicts import TOLERANCE, EmptyOutcome, Verdict, classify
+from course_lib.core.verdicts import TOLERANCE, EmptyOutcome, Verdict, classify, said
 from course_lib.frameworks.evidence import LossRuns, Matrix, loss_code_text, real_code
 from course_lib.jobs.audit import AuditInputError, audit, parse_checks, with_dtype
 from course_lib.jobs.kind import JobKind, launch
@@ -77,7 +78,7 @@ class RegimeInfo:
     local_tokens: list[int]
     microbatch_tokens: list[list[int]]
     global_tokens: int
-    first_label_rows: int  # R: rows whose first label is supervised
+    first_label_rows: int  # R: rows whose first label is not -100
     rows: int = 0  # the window's rows (sequences, completions), every rank's
 
 
@@ -344,62 +345,95 @@ def run(cfg: Config, out: Path, check_names: list[str] | str | None = None, *,
 
 def error_text(x: float | None, tol: float) -> str:
     """Three significant digits; below the exactness bound, the bound itself
-    (float32 rounding differs from CPU to CPU, the bound does not)."""
+    (float32 rounding differs from CPU to CPU, the bound does not). In the
+    edition's marks."""
     if x is None:
-        return "n/a"
-    return f"<{tol:.0e}" if x <= tol else f"{x:.3g}"
+        return tr("n/a")
+    return marks(f"<{tol:.0e}" if x <= tol else f"{x:.3g}")
 
 
 def verdict_text(verdict: Verdict, factor: float | None) -> str:
-    return f"scaled x{factor:.4g}" if verdict == Verdict.SCALED else str(verdict)
+    """A verdict in the learner's language, a uniform scale with its factor."""
+    return said(verdict, factor)
 
 
 def empty_text(row: RecipeRow) -> str:
+    """What the empty window does, in the learner's language."""
     e = row.empty_window
-    return describe_empty(e.outcome, e.loss_finite)
+    return tr(describe_empty(e.outcome, e.loss_finite))
+
+
+def _regimes() -> tuple[str, ...]:
+    """The windows' names (``REGIMES``) in the learner's language."""
+    shown = {"balanced": tr("balanced"), "skewed": tr("skewed")}
+    return tuple(shown[r] for r in REGIMES)
 
 
 def describe(report: RecipesReport, names: Sequence[str] | None = None) -> str:
     """The verdict table: one line per recipe (every one, or ``names``),
     digits that hold on any CPU; each verdict against the token mean, then
-    against the recipe's claim."""
+    against the recipe's claim (in the learner's language: ``COURSE_EDITION``)."""
     tol = TOLERANCE.of(report.dtype)
-    lines = [f"Production recipes: {report.world_size} ranks, {report.backend} on "
-             f"{report.device}, {report.dtype}; verdicts balanced | skewed, and the "
-             "relative gradient error per window, against the token mean (RL: sum A l / N)",
-             f"{'recipe':<26} {'token mean':<31} {'balanced':>8} {'skewed':>8}  "
-             f"{'claims':<16} {'its claim':<31} {'empty window':<20} {'fails'}"]
-    for name in names or report.recipes:
-        row = report.recipes[name]
+    names = list(names or report.recipes)
+    rows = [report.recipes[name] for name in names]
+    balanced, skewed = _regimes()
+    mine = [verdicts(row, False) for row in rows]
+    theirs = [verdicts(row, True) for row in rows]
+    empty = [empty_text(row) for row in rows]
+    # each column as wide as this edition's words (English: as it was)
+    token = max([31, len(tr("token mean")), *map(len, mine)])
+    claim = max([31, len(tr("its claim")), *map(len, theirs)])
+    windows = max([8, len(balanced), len(skewed)])
+    blank = max([20, len(tr("empty window")), *map(len, empty)])
+    device = tr(report.device) if report.device == "cpu" else report.device
+    lines = [tr("Production recipes: {ranks} ranks, {backend} on {device}, {dtype}; verdicts "
+                "balanced | skewed, and the relative gradient error per window, against "
+                "the token mean (RL: sum A l / N)").format(
+        ranks=report.world_size, backend=report.backend, device=device, dtype=report.dtype),
+             f"{tr('recipe'):<26} {tr('token mean'):<{token}} {balanced:>{windows}} "
+             f"{skewed:>{windows}}  {tr('claims'):<16} {tr('its claim'):<{claim}} "
+             f"{tr('empty window'):<{blank}} {tr('fails')}"]
+    for name, row, against, own, nothing in zip(names, rows, mine, theirs, empty,
+                                                strict=True):
         failed = ",".join(c for c, ok in row.checks.items() if not ok) or "-"
         if row.policy:
-            failed = "n/a (RL)"
-        mark = "" if row.matches else "  << not as predicted"
+            failed = tr("n/a (RL)")
+        mark = "" if row.matches else tr("  << not as predicted")
         errors = [error_text(row.relative_error[r], tol) for r in REGIMES]
         lines.append(
-            f"{name:<26} {verdicts(row, False):<31} {errors[0]:>8} {errors[1]:>8}  "
-            f"{row.claims:<16} {verdicts(row, True):<31} {empty_text(row):<20} "
-            f"{failed}{mark}")
-    shown = [report.recipes[n] for n in names or report.recipes]
-    lines.append(f"every prediction holds: {all(r.matches for r in shown)}")
+            f"{name:<26} {against:<{token}} {errors[0]:>{windows}} {errors[1]:>{windows}}  "
+            f"{row.claims:<16} {own:<{claim}} {nothing:<{blank}} {failed}{mark}")
+    lines.append(tr("every prediction holds: {holds}").format(
+        holds=all(r.matches for r in rows)))
     return "\n".join(lines)
 
 
 def describe_verdicts(report: RecipesReport, names: Sequence[str] | None = None) -> str:
     """The verdict table, short (chapter 08): per recipe, its verdict against
     the token mean on each window, the skewed window's relative error, and
-    what the empty window does. ``describe`` has every column."""
+    what the empty window does (in the learner's language). ``describe`` has
+    every column."""
     tol = TOLERANCE.of(report.dtype)
-    lines = [f"{'recipe':<20} {'balanced':<15} {'skewed':<15} {'skewed error':>12}  "
-             "empty window"]
-    for name in names or report.recipes:
+    names = list(names or report.recipes)
+    shown = {name: [verdict_text(report.recipes[name].regimes[r].verdict,
+                                 report.recipes[name].regimes[r].factor) for r in REGIMES]
+             for name in names}
+    head = (tr("recipe"), *_regimes(), tr("skewed error"))
+    # each column as wide as this edition's words (English: as it was)
+    widths = [max([20, len(head[0])]),
+              *(max([15, len(head[i + 1]), *(len(v[i]) for v in shown.values())])
+                for i in range(len(REGIMES))),
+              max([12, len(head[-1])])]
+    lines = [" ".join(h.ljust(w) for h, w in zip(head[:-1], widths, strict=False))
+             + f" {head[-1]:>{widths[-1]}}  {tr('empty window')}"]
+    for name in names:
         row = report.recipes[name]
-        shown = [verdict_text(row.regimes[r].verdict, row.regimes[r].factor)
-                 for r in REGIMES]
         error = error_text(row.relative_error[REGIMES[-1]], tol)
-        lines.append(f"{name:<20} {shown[0]:<15} {shown[1]:<15} {error:>12}  "
-                     f"{empty_text(row)}")
-    lines.append(f"every prediction holds: {report.every_prediction_holds}")
+        lines.append(" ".join(c.ljust(w) for c, w in zip([name, *shown[name]], widths,
+                                                           strict=False))
+                     + f" {error:>{widths[-1]}}  {empty_text(row)}")
+    lines.append(tr("every prediction holds: {holds}").format(
+        holds=report.every_prediction_holds))
     return "\n".join(lines)
 
 
@@ -473,25 +507,28 @@ def token_weights(info: RegimeInfo, names: Sequence[str]) -> dict[str, TokenWeig
 
 def describe_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> str:
     """The recipes' token weights as a table: the formula, then the weight
-    times N of a token of each microbatch of ``info`` (1: the token mean's)."""
+    times N of a token of each microbatch of ``info`` (1: the token mean's),
+    in the learner's language and marks."""
     cells = [(r, m, n) for r, rank in enumerate(info.microbatch_tokens)
              for m, n in enumerate(rank)]
     width = max(len(w.formula) for w in weights.values()) + 2
+    recipe = max(20, len(tr("recipe")))
     head = "".join(f"{f'r{r},m{m}':>9}" for r, m, _ in cells)
-    counts = "".join(f"{f'n={n}':>9}" for _, _, n in cells)
-    lines = [f"{'':<20} {'':<{width}}a token's weight x N, by microbatch",
-             f"{'recipe':<20} {'a token weighs':<{width}}{head.lstrip()}",
-             f"{'':<20} {'':<{width}}{counts.lstrip()}"]
+    counts = "".join(f"{'n=' + number(n, 'd'):>9}" for _, _, n in cells)
+    lines = [f"{'':<{recipe}} {'':<{width}}" + tr("a token's weight x N, by microbatch"),
+             f"{tr('recipe'):<{recipe}} {tr('a token weighs'):<{width}}{head.lstrip()}",
+             f"{'':<{recipe}} {'':<{width}}{counts.lstrip()}"]
     for name, w in weights.items():
-        values = "".join(f"{x:>9.3f}" for rank in w.times_n for x in rank)
-        lines.append(f"{name:<20} {w.formula:<{width}}{values.lstrip()}")
+        values = "".join(f"{marks(f'{x:.3f}'):>9}" for rank in w.times_n for x in rank)
+        lines.append(f"{name:<{recipe}} {w.formula:<{width}}{values.lstrip()}")
     return "\n".join(lines)
 
 
 def describe_recipes(names: Sequence[str] | None = None) -> str:
     """The recipes (every one, or ``names``) as the sources describe them:
     backprop, reduction, claim."""
-    lines = [f"  {'recipe':<26} {'per-microbatch backprop':<38} {'reduction':<34} claims"]
+    lines = [f"  {tr('recipe'):<26} {tr('per-microbatch backprop'):<38} "
+             f"{tr('reduction'):<34} {tr('claims')}"]
     for name in names or RECIPES:
         r = RECIPES[name]
         lines.append(f"  {name:<26} {r.backprop:<38} {r.reduction:<34} {r.claims}")
@@ -500,11 +537,12 @@ def describe_recipes(names: Sequence[str] | None = None) -> str:
 
 def describe_real(matrix: Matrix | None = None, names: Sequence[str] | None = None) -> str:
     """Each recipe's real-code line (every one, or ``names``), from the
-    committed version matrix."""
+    committed version matrix (in the learner's language)."""
     matrix = matrix or Matrix.committed()
     runs = LossRuns.committed()
-    lines = [f"Real code, from {Matrix.path().name} ({matrix.date}, torch {matrix.torch})"
-             f" and {LossRuns.path().name}:"]
+    lines = [tr("Real code, from {matrix} ({date}, torch {torch}) and {runs}:").format(
+        matrix=Matrix.path().name, date=matrix.date, torch=matrix.torch,
+        runs=LossRuns.path().name)]
     for name in names or RECIPES:
         recipe = RECIPES[name]
         text = (loss_code_text(recipe, runs) if recipe.loss_runs

@@ -90,6 +90,10 @@ class ResumeReport(RunHeader, Report):
     continuous: str
     ablations: dict[str, Ablation]
     every_ablation_matters: bool
+    # The ablations' yardstick, the reference trajectory (a full resume in
+    # this launch), at its last update against the continuous run; None in a
+    # report written before it was kept.
+    reference_max_abs_param_diff: float | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
 
@@ -131,6 +135,7 @@ def run_rank(ctx: RankContext, spec: AblationsJob) -> None:
                 window_expected_after_resume=start, drift=drift)
     if ctx.rank == 0:
         full = checkpoint.compare_params(checkpoint.load_params(resumed), target)
+        yardstick = checkpoint.compare_params(reference[cfg.train.updates], target)
         ResumeReport(
             **ctx.header().fields(),
             step=cfg.train.updates,
@@ -142,6 +147,7 @@ def run_rank(ctx: RankContext, spec: AblationsJob) -> None:
             continuous=str(continuous.relative_to(ctx.out)),
             ablations=results,
             every_ablation_matters=all(r.matters for r in results.values()),
+            reference_max_abs_param_diff=yardstick["max_abs_param_diff"],
         ).save(ctx.out)
 
 

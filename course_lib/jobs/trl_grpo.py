@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 import torch.distributed as dist
 
 from course_lib import frameworks
-from course_lib.core.verdicts import Verdict
+from course_lib.core.edition import marks, tr
+from course_lib.core.verdicts import Verdict, said
 from course_lib.frameworks import trl_grpo_trainer as grpo
 from course_lib.frameworks.evidence import TrainerRow
 from course_lib.jobs.frameworks import MISSING, FailedOnSomeRanks, stack, why
@@ -194,21 +195,36 @@ def describe(rows: list[TrainerRow], brief: bool = False) -> str:
     """One line per case: what it trains across the ranks, against the token
     mean and against its claim, and each rank's completion tokens. ``brief``:
     a not-run row's reason cut to its first clause, with a pointer to the
-    whole of it, and the columns' legend below."""
-    lines = [f"  {'trainer':<8} {'loss_type':<9} {'vs token mean':<17} {'max err':>8}  "
-             f"{'claim':<16} {'vs claim':<8} {'trains':<16} {'recipe':<7} tokens per rank"]
+    whole of it, and the columns' legend below. In the learner's language
+    (``COURSE_EDITION``); the reasons, claims and objectives are the report's."""
+    unrun = (Verdict.NOT_RUN, Verdict.FAILED)
+    mean = {id(r): r.said for r in rows}
+    claim = {id(r): said(r.claim_verdict) if r.claim_verdict else "-" for r in rows}
+    recipe = {id(r): said(r.recipe) if r.recipe else "-" for r in rows}
+    head = (tr("trainer"), "loss_type", tr("vs token mean"), tr("max err"), tr("claim"),
+            tr("vs claim"), tr("trains"), tr("recipe"))
+    # each column as wide as this edition's words (English: as it was)
+    w = [max(8, len(head[0])), 9, max([17, len(head[2]), *map(len, mean.values())]),
+         max(8, len(head[3])), max(16, len(head[4]), len(tr("none stated"))),
+         max([8, len(head[5]), *map(len, claim.values())]),
+         max(16, len(head[6]), len(tr("none"))),
+         max([7, len(head[7]), *map(len, recipe.values())])]
+    lines = [f"  {head[0]:<{w[0]}} {head[1]:<{w[1]}} {head[2]:<{w[2]}} {head[3]:>{w[3]}}  "
+             f"{head[4]:<{w[4]}} {head[5]:<{w[5]}} {head[6]:<{w[6]}} {head[7]:<{w[7]}} "
+             + tr("tokens per rank")]
     for r in rows:
-        if r.verdict in (Verdict.NOT_RUN, Verdict.FAILED):
-            reason = f"{_phrase(r.reason)} (in full: {DETAILS})" if brief else r.reason
-            lines.append(f"  {r.trainer or r.framework:<8} {r.loss_type or '-':<9} "
-                         f"{str(r.verdict):<17} {reason}")
+        if r.verdict in unrun:
+            reason = tr("{reason} (in full: {file})").format(
+                reason=_phrase(r.reason), file=DETAILS) if brief else r.reason
+            lines.append(f"  {r.trainer or r.framework:<{w[0]}} {r.loss_type or '-':<{w[1]}} "
+                         f"{mean[id(r)]:<{w[2]}} {reason}")
             continue
-        mean = r.said
         tokens = " / ".join("+".join(map(str, t)) for t in r.tokens)
         lines.append(
-            f"  {r.trainer:<8} {r.loss_type or '-':<9} {mean:<17} {r.max_err or 0:>8.1e}  "
-            f"{r.claim or 'none stated':<16} {str(r.claim_verdict or '-'):<8} "
-            f"{', '.join(r.trains) or 'none':<16} {str(r.recipe or '-'):<7} {tokens}")
+            f"  {r.trainer:<{w[0]}} {r.loss_type or '-':<{w[1]}} {mean[id(r)]:<{w[2]}} "
+            f"{marks(f'{r.max_err or 0:.1e}'):>{w[3]}}  "
+            f"{r.claim or tr('none stated'):<{w[4]}} {claim[id(r)]:<{w[5]}} "
+            f"{', '.join(r.trains) or tr('none'):<{w[6]}} {recipe[id(r)]:<{w[7]}} {tokens}")
     if brief:
-        lines += ["", LEGEND]
+        lines += ["", tr(LEGEND)]
     return "\n".join(lines)

@@ -7,14 +7,17 @@ check it with tolerances.
 
 from __future__ import annotations
 
+from course_lib.core.edition import marks
+
 TINY = 1e-7
 
 
 def err_bound(x: float | None) -> str:
-    """'< 1e-7' for a rounding-level error, else '= ' and three digits."""
+    """'< 1e-7' for a rounding-level error, else '= ' and three digits (with
+    the edition's decimal mark: 6,43e-03 in French)."""
     if x is None:
         return "= n/a"
-    return "< 1e-7" if abs(x) < TINY else f"= {x:.2e}"
+    return "< 1e-7" if abs(x) < TINY else marks(f"= {x:.2e}")
 
 
 def short(x: float | None) -> str:

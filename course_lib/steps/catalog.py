@@ -179,7 +179,8 @@ BUILTIN: dict[str, StepInfo] = {s.name: s for s in (
     info(join_every_microbatch, "bug", "Join around a loop that syncs every microbatch",
           "a rank that ran out shadows the syncs with zeros, and what was synced "
           "before is averaged again: no hang, a wrong gradient"),
-    info(per_microbatch_mean, "bug", "each microbatch's own mean, divided by the steps",
+    info(per_microbatch_mean, "bug",
+         "each microbatch's own mean, divided by the number of microbatches",
           "a mean of microbatch means weighs tokens by their microbatch's size"),
     info(count_never_reset, "bug",
           "the token count, kept on the model, is never reset between windows",

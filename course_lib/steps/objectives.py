@@ -188,7 +188,7 @@ _CORRECT = info(objective_global, "correct",
 _LOCAL = info(local_normalizer, "bug", "the normalizer taken locally, without the all_reduce",
               "each rank divides by its own share, so ranks are weighted, not the units")
 _PER_MICRO = info(per_microbatch_normalizer, "bug",
-                  "each microbatch's own normalizer, divided by the steps",
+                  "each microbatch's own normalizer, divided by the number of microbatches",
                   "a mean of microbatch means weighs a unit by its microbatch's size")
 
 STEPS: dict[str, StepInfo] = {s.name: s for s in (
@@ -209,7 +209,7 @@ STEPS: dict[str, StepInfo] = {s.name: s for s in (
     info(penalty_on_rank_zero, "bug", "the L2 penalty added once, on rank 0 only",
          "DDP averages it with W - 1 zeros: the penalty is W times too weak"),
     info(zloss_mean_per_microbatch, "bug",
-         "the z-loss as each microbatch's own mean, divided by the steps",
+         "the z-loss as each microbatch's own mean, divided by the number of microbatches",
          "the auxiliary term needs the token term's normalization, not its own"),
 )}
 

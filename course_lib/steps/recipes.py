@@ -3,8 +3,8 @@
 Notation: S = one microbatch's summed token loss, n = its supervised token
 count; M = microbatches per window, W = ranks; N = the window's token count
 over all ranks, N_r = rank r's count; R = rows whose first label is
-supervised. "mean" is DDP's gradient average, "sum" a SUM reduction (a DDP
-comm hook here).
+not -100 (ne(-100) counts it; no position predicts it). "mean" is DDP's
+gradient average, "sum" a SUM reduction (a DDP comm hook here).
 
 Each recipe is a step (``step(model, microbatches, world_size)``, see
 ``steps``) written from the formula that a framework's source implements;
@@ -687,7 +687,7 @@ class WindowShape:
     """The counts of one window that decide what each recipe trains."""
 
     microbatch_tokens: list[list[int]]  # [rank][micro] -> n
-    first_label_rows: int  # R: rows whose first label is supervised
+    first_label_rows: int  # R: rows whose first label is not -100
     rank_first_label_rows: tuple[int, ...] = ()  # R_r per rank; () when unknown (0s)
     # [rank][micro] -> each row's n, and R_m: the rows' counts (``row_weights``).
     row_tokens: tuple[tuple[tuple[int, ...], ...], ...] = ()

@@ -129,7 +129,9 @@ def main():
     every = args.save_every or cfg.train.checkpoint_every
 
     torch.manual_seed(cfg.seed + 1000 * (rank + 1))  # each rank its own dropout masks
-    model = DDP(build_model(cfg).to(device).train())  # the same initial weights everywhere
+    # the same initial weights everywhere: build_model seeds from cfg.seed (and
+    # DDP broadcasts rank 0's weights anyway)
+    model = DDP(build_model(cfg).to(device).train())
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.train.lr,
                                 momentum=cfg.train.momentum)
     sampler = make_sampler(cfg, corpus, world)  # one seeded sampler, the same on every rank

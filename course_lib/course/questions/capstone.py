@@ -29,9 +29,9 @@ QUESTIONS: dict[str, Question] = {
             "the backward of every microbatch but the last), and so are the model and "
             "optimizer state: the grade fails every property but no_sync.")),
     "capstone.predict_count": Question(
-        "Your copy of the script with only step's count fixed (N as the "
-        "supervised labels, all-reduced over the ranks), the rest of step as "
-        "it was: which of the five properties of step that failed still fail? "
+        "The script with the checkpoint fix and only step's count fixed (N as "
+        "the supervised labels, all-reduced over the ranks), the rest of step "
+        "as it was: which of the five properties of step that failed still fail? "
         "(no_sync passed already)", "choice",
         "parity + trajectory + accumulation_invariance",
         "what is left in step: a factor the same on every rank, or one per rank? "
@@ -72,9 +72,9 @@ QUESTIONS: dict[str, Question] = {
         "Two ranks; rank 1's window holds no supervised token, rank 0's does. "
         "Which of these steps still pass parity against the one-process token "
         "mean? mean of means (mean_of_means: each rank backprops S_r / N_r), post "
-        "scale (post_scale, chapter 05: the raw sum S_r, the gradients scaled by "
-        "W / N after the sync), local count (local_count: W * S_r / N_r, the "
-        "count never all-reduced)",
+        "scale (post_scale, chapter 03, audited in 05: the raw sum S_r, the "
+        "gradients scaled by W / N after the sync), local count (local_count: "
+        "W * S_r / N_r, the count never all-reduced)",
         "choices", ("post scale", "local count"),
         "N = N_0 here, and an empty rank's gradient is a finite zero: write each "
         "step's update as a sum over the ranks and compare it with S_0 / N_0",
@@ -121,11 +121,11 @@ QUESTIONS: dict[str, Question] = {
             "Each window alone is only scaled, but over a run the padding reweights "
             "the windows, and those whose lengths differ most weigh least.")),
     "capstone.3": Question(
-        "Convert the script's step to chapter 05's post_scale (backprop the raw "
-        "sum S_r, then scale the gradients by W / N after the sync) and run the "
-        "model and its loss in float16 (model.half(), no autocast), whose largest "
-        "value is 65,504; the loss starts near 3.6 "
-        "nats per token. As a rank's window grows, which quantity overflows "
+        "Convert the script's step to chapter 03's post_scale (audited in 05: "
+        "backprop the raw sum S_r, then scale the gradients by W / N after the "
+        "sync) and run the model and its loss in float16 (model.half(), no "
+        "autocast, no GradScaler), whose largest value is 65,504; the loss starts "
+        "near 3.6 nats per token. As a rank's window grows, which quantity overflows "
         "first, and before which call?", "choice", "S_r before backward()",
         "compare how fast each grows per supervised token: the loss sum, a "
         "logit's gradient (softmax minus one-hot), the count; and which one is "
@@ -144,8 +144,9 @@ QUESTIONS: dict[str, Question] = {
             "gradients, sums over the window's tokens (chapter 03's aside).")),
     "capstone.4": Question(
         "A 4-rank run of the fixed script is resumed on 2 ranks from its "
-        "checkpoint. Which parts of the checkpoint still carry the 4-rank run's "
-        "trajectory on?", "choices", ("model weights", "optimizer state"),
+        "checkpoint. Which parts of the checkpoint can the 2-rank job load and "
+        "use unchanged? (For each part you leave out, say first what in it "
+        "depends on the 4 ranks.)", "choices", ("model weights", "optimizer state"),
         "which parts are the same on every rank and never mention W, and what "
         "does the course's sampler draw per rank? (make_sampler(cfg, corpus, 4) "
         "and (..., 2): draw, load one's state into the other, compare)",

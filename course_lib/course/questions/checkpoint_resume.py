@@ -85,7 +85,9 @@ QUESTIONS: dict[str, Question] = {
             "(a valid copy of step 50 sits in step-0050.old, unused). That is the gap "
             "of the two renames: when the resumed run saves step 50 again, it deletes "
             "the left-over step-0050.tmp first and step-0050.old before its renames, "
-            "so both complete copies are lost.")),
+            "so both complete copies are lost. A latest_valid that also tried "
+            "step-NNNN.old folders, each complete when it was moved aside, would "
+            "resume from step 50 instead.")),
     "checkpoint_resume.4": Question(
         "A run feeds DDP from torch's DistributedSampler instead of the "
         "course's sampler: the 1,024 train sequences, 2 ranks, each update 2 "
@@ -108,4 +110,22 @@ QUESTIONS: dict[str, Question] = {
             "rank, as the Trainer computes it: (step % updates per epoch) x "
             "accumulation. The course's sampler needs none of this arithmetic: "
             "it saves where its generator stands.")),
+    "checkpoint_resume.5": Question(
+        "A resume script loads model.pt and optimizer.pt on rank 0 only: rank 1 "
+        "keeps the weights it was built with and a fresh SGD, with no momentum "
+        "buffers. Then every rank wraps its model in DDP, as usual after loading, "
+        "and training goes on from step 50. What is still wrong on rank 1 when "
+        "update 51 runs?", "choice", "the momentum",
+        "what does DDP send from rank 0 when it wraps the model (chapter 00), "
+        "and is the optimizer part of the model?",
+        options=("the weights", "the momentum", "the weights and the momentum",
+                 "nothing"),
+        reasoning=(
+            "DDP's constructor broadcasts rank 0's parameters and buffers to every "
+            "rank, so the wrap gives rank 1 the restored weights; the optimizer is "
+            "not part of the module, and DDP never syncs it. Rank 1's fresh SGD "
+            "steps along g_51 alone where rank 0 steps along 0.9 b_50 + g_51, so the "
+            "replicas part at update 51 and, with no broadcast after the wrap, the "
+            "two ranks train two models from then on. Every rank loads optimizer.pt "
+            "(or rank 0 broadcasts its state), as the checkpoint's table says.")),
 }

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from functools import cache
 
+from course_lib.core import paths
+from course_lib.core.edition import tr
 from course_lib.course.grading import Question, check_names
 
 
 @cache
-def _length_bias(world_size: int = 2) -> float:
-    """09: under the sequence mean, what a token of the parity window's
-    shortest sequence weighs over one of its longest: a token of sequence s
-    weighs 1 / (K n_s), so the ratio is the longest count over the shortest."""
+def _longest_sequence_weight(world_size: int = 2) -> float:
+    """09: under the sequence mean, a token of the parity window's longest
+    sequence weighs 1 / (K n_s), the token mean gives it 1 / N: the ratio is
+    N / (K n_s), the mean supervised length over that sequence's."""
     from course_lib.core.data import parity_window
     from course_lib.course.api import corpus, load_config
 
@@ -19,7 +21,25 @@ def _length_bias(world_size: int = 2) -> float:
     data = corpus(cfg)
     counts = [len(data.sequences[i]) - 1 for rank in parity_window(cfg, data, world_size)
               for mb in rank for i in mb]
-    return max(counts) / min(counts)
+    return sum(counts) / (len(counts) * max(counts))
+
+
+def _hidden_by_float32() -> tuple[str, ...]:
+    """09, exercise 3: the checks that pass zloss_mean_per_microbatch in
+    float32 and fail it in float64, read from the learner's two audits
+    (``units/zloss-float32`` and ``units/zloss-float64`` of the run)."""
+    from course_lib.jobs.audit import AuditReport
+
+    found = {}
+    for dtype in ("float32", "float64"):
+        out = paths.default_out("course") / "units" / f"zloss-{dtype}"
+        name = AuditReport.file_name("zloss_mean_per_microbatch")
+        if not AuditReport.exists(out, name):
+            raise FileNotFoundError(tr("run the chapter's job first: no {name}.json yet")
+                                    .format(name=f"units/zloss-{dtype}/{name}"))
+        found[dtype] = AuditReport.load(out, name).checks
+    return tuple(c for c, r in found["float64"].items()
+                 if not r.passed and found["float32"][c].passed)
 
 
 @cache
@@ -66,17 +86,22 @@ def _dr_grpo_scale(world_size: int = 2) -> float:
 
 QUESTIONS: dict[str, Question] = {
     "choose_the_unit.predict": Question(
-        "Under the sequence mean, on the parity window (rank 0's sequences drawn "
-        "from 16-64 tokens, rank 1's from 65-128): a token of the window's "
-        "shortest sequence weighs how many times what a token of its longest "
-        "weighs? (within 15% counts)", "number", lambda: _length_bias(2),
-        "a sequence's tokens share one sequence's weight: how does a token's "
-        "share grow as its sequence gets shorter?", rel_tol=0.15,
+        "Under the sequence mean, on the parity window (32 sequences, rank 0's "
+        "drawn from 16-64 tokens, rank 1's from 65-128): a token of the window's "
+        "longest sequence weighs what fraction of what the token mean gives it "
+        "(its weight times N)? (within 15% counts)", "number",
+        lambda: _longest_sequence_weight(2),
+        "under the sequence mean a token of sequence s weighs 1 / (K n_s), under "
+        "the token mean 1 / N: write their ratio with N / K, the mean supervised "
+        "length, and estimate both lengths from the bands", rel_tol=0.15,
         reasoning=(
             "Under the sequence mean each of the K sequences gets the same total "
-            "weight, shared among its n_s tokens: a token weighs 1 / (K n_s). The "
-            "ratio is the longest supervised count over the shortest, 123 / 16 = "
-            "7.69 on the parity window (the bands alone give about 128 / 16 = 8).")),
+            "weight, shared among its n_s tokens: a token weighs 1 / (K n_s), which is "
+            "N / (K n_s) times the token mean's 1 / N, the mean supervised length over "
+            "its own. The bands give a mean length near (40 + 96) / 2 = 68 and a longest "
+            "sequence near 127 tokens: about 0.54. On the window itself, 2283 / 32 = "
+            "71.3 over 123, 0.580: the longest sequence's tokens count little more "
+            "than half of what the token mean gives them, the shortest's 4.46 times.")),
     "choose_the_unit.predict_penalty": Question(
         "Three ways to place the L2 penalty wrongly: penalty_every_microbatch "
         "(weight 1 on every microbatch), penalty_times_world_size (W on each "
@@ -148,8 +173,8 @@ QUESTIONS: dict[str, Question] = {
         "tokens each, with that C. It moves to 8 ranks (still 2 microbatches of "
         "8 completions each) and completions of up to 1,024 tokens, and its "
         "config keeps the old C (a stack that reads C from its config; TRL's "
-        "dr_grpo recomputes B·L_max and would adapt). Each update is then "
-        "the right Dr. GRPO update times what factor?", "number",
+        "dr_grpo recomputes B·L_max and would adapt). Under SGD, each update "
+        "is then the right Dr. GRPO update times what factor?", "number",
         (8 * 2 * 8 * 1024) / (4 * 2 * 8 * 512),
         "work out the C the new job should use, then compare the two "
         "normalizers of the same loss sum", rel_tol=1e-9,
@@ -160,37 +185,34 @@ QUESTIONS: dict[str, Question] = {
             "C is 131,072 / 32,768 = 4 times the right update, at every step: a "
             "learning rate 4 times too large for SGD.")),
     "choose_the_unit.3": Question(
-        "Derive it before you run anything. At PaLM's strength, zloss:0.0001, "
-        "audited in float64 (dtype='float64'), where a right rule's error is "
-        "rounding alone: which checks catch zloss_mean_per_microbatch (this cell "
-        "prints its source)? For each check, ask whether its layouts change which "
-        "tokens share a microbatch, and so each microbatch's z mean; parity is "
-        "one of them, as the z-loss section computed by hand. (Chapter 05's "
-        "checks rerun the window another way and compare: trajectory over "
-        "several steps, accumulation_invariance in 1 to 16 microbatches per rank, "
-        "permutation_invariance dealt to other ranks, uneven_microbatches cut by "
-        "a token budget, world_size_invariance on 1, 2 or 4 ranks, no_sync "
-        "against the skipped sync.) Then confirm your list with the audit of "
-        "the next cell.", "choices",
-        ("parity", "trajectory", "accumulation_invariance", "permutation_invariance",
-         "uneven_microbatches"),
-        "the wrong term divides each microbatch's z sum by that microbatch's own "
-        "token count: which checks put the sequences into other microbatches, "
-        "and which keep every microbatch as it is?",
+        "zloss_mean_per_microbatch (this cell prints its source) at PaLM's "
+        "strength, zloss:0.0001: the next cell audits it with every check, in "
+        "float32 and in float64. Which checks pass it in float32 and fail it in "
+        "float64? Derive before you run: which checks see it in float64, where a "
+        "right rule leaves only rounding (ask whether a check's layouts change "
+        "which tokens share a microbatch, and so each microbatch's z mean), and "
+        "which of them can float32's tolerance hide (the z-loss section held the "
+        "wrong part against it for parity)? Then run both audits and compare.",
+        "choices", _hidden_by_float32,
+        "in float64 every check that puts the tokens into other microbatches "
+        "fails by orders of magnitude; in float32 the wrong part sits near the "
+        "tolerance: compare your two audits check by check",
         options=check_names,
         reasoning=(
             "In float64 the wrong term, about 1e-6 of the gradient, is a million "
-            "times the tolerance (atol 1e-12): parity sees it against the reference, "
-            "and so does every check that puts the sequences into other microbatches "
-            "(trajectory's new windows, accumulation_invariance's other splits, "
-            "permutation_invariance's other ranks, uneven_microbatches' token budget), "
-            "since each microbatch's z mean moves with its tokens. world_size_invariance "
-            "keeps the same microbatches and only spreads them over 1, 2 or 4 ranks, "
-            "where each still weighs 1 / (the window's microbatches), and no_sync "
-            "checks a sync that is right: both pass. In float32 the same error stays "
-            "inside the tolerance (atol 1e-6 plus rtol 1e-4 times the reference), at "
-            "0.827 of it at worst (the chapter's cell), so there rounding decides "
-            "which checks flag it: audit a small term in float64.")),
+            "times the tolerance (atol 1e-12): parity fails, and so does every check "
+            "that puts the sequences into other microbatches (trajectory, "
+            "accumulation_invariance, permutation_invariance, uneven_microbatches), "
+            "since each microbatch's z mean moves with its tokens; "
+            "world_size_invariance keeps the same microbatches over 1, 2 or 4 ranks "
+            "and no_sync checks a sync that is right: both pass. In float32 the same "
+            "wrong part sits near the tolerance (0.827 of it for parity in the "
+            "chapter's cell), so each check's own comparison decides: on the course's "
+            "CPU run trajectory, whose five updates add up the error, and "
+            "uneven_microbatches still fail, and the answer is parity, "
+            "accumulation_invariance and permutation_invariance. Rounding may move a "
+            "check across on another machine, hence an answer read from your two "
+            "audits; a small term is audited in float64.")),
     "choose_the_unit.4": Question(
         "The chapter's packed window (document:128), under rows_as_documents "
         "(the sequence rule, each row one sequence): the heaviest document of "

@@ -6,7 +6,7 @@ from functools import cache
 from typing import Any
 
 from course_lib.core import paths
-from course_lib.course.edition import tr
+from course_lib.core.edition import tr
 from course_lib.course.grading import Question
 
 
@@ -169,7 +169,8 @@ QUESTIONS: dict[str, Question] = {
     "evaluation.1": Question(
         "From the course's train logs (logs/train-rank<R>.jsonl in the run "
         "folder): what is the training loss of updates 1 to 10 taken together, "
-        "every supervised token of those ten windows counted once?", "number",
+        "every supervised token of those ten windows counted once? (And why is "
+        "it not the mean of the ten logged loss values?)", "number",
         lambda: _logged_token_mean(1, 10),
         "do the ten windows hold the same number of tokens? and what does each "
         "line's loss divide by?", rel_tol=1e-4,
@@ -198,23 +199,23 @@ QUESTIONS: dict[str, Question] = {
             "add up to the one-process sums, loss and right predictions alike, to "
             "float64 round-off: a sum does not care how the sequences were split.")),
     "evaluation.3": Question(
-        "Lightning, self.log(\"loss\", loss, on_epoch=True, sync_dist=True, "
-        "batch_size=<the batch's tokens>), one step per epoch on 4 ranks whose "
-        "batches hold 30, 31, 33 and 35 tokens: the logged epoch value is the "
-        "token mean of the four batches times what factor?", "number",
-        129 / 128,
-        "follow the Lightning lines the chapter prints: each rank adds "
-        "value * batch_size and batch_size; the sync averages both over the "
-        "ranks. Which of the two is an integer tensor, and what does copy_ keep "
-        "of 129 / 4?", rel_tol=1e-5,
+        "Lightning's on_epoch sync with batch_size=<tokens> logs "
+        "S / (W floor(N / W)), the token mean S / N times N / (W floor(N / W)). "
+        "On W = 8 ranks, over every window size N from 1,000 to 1,100 tokens, "
+        "what is the largest this factor gets? Derive it, then check your N "
+        "with the chapter's sync on 8 fake ranks.", "number", 1007 / 1000,
+        "write N = 8 q + k with 0 <= k < 8: the synced count keeps q, so the "
+        "factor is N / (N - k). Which k makes it largest, and for which such N "
+        "is N - k smallest?", rel_tol=1e-5,
         reasoning=(
-            "129 / 128 = 1.0078: each rank's value * batch_size is its loss sum "
-            "S_r, a float, and its batch_size N_r is an integer, so the sync's "
-            "average over the 4 ranks gives S / 4 for the first and 129 / 4 = 32.25 "
-            "for the second, which copy_ into the integer tensor truncates to 32. "
-            "The logged value is (S / 4) / 32 = S / 128, the token mean S / 129 "
-            "times 129 / 128. A float count (torchmetrics' MeanMetric) never "
-            "truncates.")),
+            "1007 / 1000 = 1.007: with N = W q + k (0 <= k < W), the integer "
+            "average of the counts keeps q = floor(N / W), so the logged value "
+            "divides S by W q = N - k, and the factor is N / (N - k). It is 1 when "
+            "W divides N, grows with k and shrinks with N: the worst case is "
+            "k = W - 1 = 7 at the smallest such N, 1,007 = 8 x 125 + 7, whose count "
+            "becomes 1,000, 0.7% short. The chapter's sync on 8 fake ranks whose "
+            "counts add up to 1,007 prints 1.007; a float count (torchmetrics' "
+            "MeanMetric) never truncates.")),
     "evaluation.4": Question(
         "Token accuracy is a ratio of sums too: right predictions over tokens. "
         "Write the mean of the ranks' accuracies minus the token accuracy with "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from course_lib.course.grading import Question, from_run
@@ -29,6 +30,37 @@ def _live_scale(model: str) -> Callable[[Any], float]:
                    and r.flags.get("average_tokens_across_devices") is True)
         return row.ranks[0].scale
     return get
+
+
+@cache
+def _last_label_masked_scale(world_size: int = 2) -> float:
+    """08, exercise 5: the installed Trainer's scale N / (N + R) on a GPT-2
+    (counted before the shift) once a collator sets each row's last label
+    to -100, as mask_last_label does: the live window, masked, then counted."""
+    import dataclasses
+
+    from course_lib.core.data import IGNORE_INDEX
+    from course_lib.course.api import corpus, load_config
+    from course_lib.frameworks import window as fw_window
+    from course_lib.jobs.frameworks import FrameworksJob
+
+    spec = FrameworksJob([])  # the live run's window shape
+    shape = fw_window.WindowShape(world_size, spec.microbatches, spec.batch_size,
+                                  spec.length, spec.seed)
+    window = fw_window.build(shape, corpus(load_config()).source)
+
+    def mask_last_label(mb: fw_window.Microbatch) -> fw_window.Microbatch:
+        labels = mb.labels.clone()
+        last = mb.attention_mask.sum(1) - 1  # each row's last token
+        labels[range(len(last)), last] = IGNORE_INDEX
+        return dataclasses.replace(mb, labels=labels)
+
+    counts = fw_window.counts([[mask_last_label(mb) for mb in rank] for rank in window])
+    return counts.N / (counts.N + counts.R)
+
+
+# 08, exercises 3 and 4: the window their prompts give
+W, M, N = 2, 2, 1200
 
 
 QUESTIONS: dict[str, Question] = {
@@ -58,18 +90,19 @@ QUESTIONS: dict[str, Question] = {
         "is left of W * S_r / count after DDP's mean?", rel_tol=1e-3,
         reasoning=(
             "A GPT-2 built from its config has loss_type None, so _loss_shifts_labels "
-            "is False and the count takes every label: each row supervised from its "
-            "first label adds one the loss never uses, N' = N + R, gathered over the "
-            "ranks. Every rank backprops W * S_r / N' with the same N', so DDP's mean "
+            "is False and the count takes every label: each row whose first label is "
+            "not -100 adds one that no position predicts, N' = N + R, gathered over "
+            "the ranks. Every rank backprops W * S_r / N' with the same N', so DDP's mean "
             "leaves N / (N + R) times the token mean's gradient, one factor for the "
             "whole window: 87 / 91 = 0.956 on the live window (N = 87, R = 4; from "
             "4.48 on, and the run answers for the installed version).")),
     "framework_audit.1": Question(
-        "A GPT-2 on transformers >= 5.10.1 with average_tokens_across_devices "
-        "on. Window A: 16 rows, all supervised from their first label, N = 1,000 "
-        "after the shift. Window B: 16 rows, 8 of them start with a masked "
-        "prompt, N = 1,000. With SGD, how much more does window B's update "
-        "weigh than window A's (c_B / c_A)?",
+        "A GPT-2 built from its config (loss_type None, not fixed) on "
+        "transformers >= 5.10.1, average_tokens_across_devices on. Window A: "
+        "16 rows, none begins with a masked prompt, N = 1,000 after the shift. "
+        "Window B: 16 rows, 8 of them begin with a masked prompt, N = 1,000. "
+        "With SGD, how much more does window B's update weigh than window A's "
+        "(c_B / c_A)?",
         "number", 1016 / 1008,
         "each window's update is scaled by its own N / (N + R): count R in each "
         "window first", rel_tol=1e-6,
@@ -113,7 +146,7 @@ QUESTIONS: dict[str, Question] = {
         "token of a microbatch with n = 100 supervised tokens weighs how many "
         "times 1/N (its weight under the token mean) in the gradient? Then "
         "audit make_mean_trainer: its matches column names the formula to "
-        "confirm.", "number", 6.0,
+        "confirm.", "number", N / (W * 100),
         "the override calls the model without num_items_in_batch, so the model "
         "returns its own mean S / n. Does training_step still divide by M when "
         "the model accepts loss kwargs and a count was made? And DDP averages "
@@ -136,7 +169,7 @@ QUESTIONS: dict[str, Question] = {
         "N = 1,200), a token of a microbatch with n = 200 supervised tokens "
         "weighs how many times 1/N? Then audit make_flagged_trainer (uncomment "
         "the lines) to confirm. (A version without the attribute ignores it: "
-        "the audit shows what yours does.)", "number", 1.5,
+        "the audit shows what yours does.)", "number", N / (W * M * 200),
         "False says the loss is not yet scaled for accumulation: what does "
         "training_step then do to it before the backward? The model still "
         "returns its own mean over its microbatch, and DDP averages the ranks.",
@@ -157,8 +190,9 @@ QUESTIONS: dict[str, Question] = {
         "make_masked_trainer (the plain Trainer with that collator; uncomment the "
         "lines). Before you audit it on a GPT-2, on the chapter's window of 2 "
         "ranks (8 rows, N = 87 supervised targets, R = 4, as printed for "
-        "world_size = 2): what c will the audit measure?",
-        "number", 79 / 83,
+        "world_size = 2): what c will the audit measure? (Its g* is the token "
+        "mean of the targets your collator leaves, not of the window's 87.)",
+        "number", lambda: _last_label_masked_scale(2),
         "which target reads a row's last label once the model's loss has shifted "
         "the labels? Recount the targets and the labels the count takes, then "
         "divide as the Trainer does", rel_tol=1e-3,

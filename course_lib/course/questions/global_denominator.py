@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from course_lib.course.grading import Question
 
 # 03: the chapter's toy gradients (its optimizer table), as the rule gives them
@@ -22,6 +24,20 @@ def _sgd_ratio(update: int, lr: float = 0.1, momentum: float = 0.9,
             out.append(lr * buf)
         return out
     return moves(0.5)[update - 1] / moves(1.0)[update - 1]
+
+
+@cache
+def _window_tokens(step: int, world_size: int = 2) -> int:
+    """03: N of the chapter's window ``step``, counted as the chapter counts
+    it: every rank's supervised tokens in its collated microbatches."""
+    from course_lib.core import data, model
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config().with_world_size(world_size)
+    sequences = corpus(cfg)
+    window = data.make_plan(cfg, sequences, world_size)[step]
+    return sum(int(model.count_tokens(data.collate(sequences, ids)[1]))
+               for rank in window for ids in rank)
 
 
 QUESTIONS: dict[str, Question] = {
@@ -121,4 +137,23 @@ QUESTIONS: dict[str, Question] = {
             "max_norm and clipping leaves it alone. SGD's updates are lr times these: "
             "0.75 / 1.0 = 0.75, not 0.5 (had both norms exceeded max_norm, both would "
             "be clipped to 1.0 and the trap would not change the step at all).")),
+    "global_denominator.5": Question(
+        "Counting first makes every rank wait for an all_reduce before its first "
+        "backward. A colleague hides that wait: each window backprops W * S_mb / N "
+        "with the N all-reduced during the window before. Set step = 1 in the "
+        "parameters cell and run the chapter again; then set N = 2283, window "
+        "0's count, and run ddp_average(\"global_token\"). What is the norm of "
+        "that gradient divided by the norm of ref, window 1's reference? Predict "
+        "it from window 1's count first.", "number",
+        lambda: _window_tokens(1) / _window_tokens(0),
+        "the stale N changes one factor, W / N, on every microbatch of every "
+        "rank: which N does window 1's reference divide by?", rel_tol=1e-3,
+        reasoning=(
+            "Every microbatch backprops S_mb * W / 2283 where the rule uses W / N_1, "
+            "with N_1 = 2337 for window 1: one factor on every component, so the "
+            "gradient is the reference times 2337 / 2283 = 1.024, too long although "
+            "nothing was divided twice. That factor follows the counts from window "
+            "to window, so over a run it reweights the windows: count before the "
+            "first backward, or backprop the raw sums and scale after (post_scale)."
+        )),
 }

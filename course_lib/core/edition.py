@@ -23,12 +23,14 @@ import re
 from functools import cache
 from pathlib import Path
 
-from course_lib.course import typography
+from course_lib.core import typography
 
 ENV = "COURSE_EDITION"
 EDITIONS = ("en", "fr")
 DEFAULT = "en"
-LOCALE = Path(__file__).with_name("locale")
+# The catalog lives with what the learner reads (course/); the jobs' reports
+# describe themselves through it too, so the lookup sits down here.
+LOCALE = Path(__file__).parents[1] / "course" / "locale"
 
 
 class EditionError(ValueError):
@@ -48,7 +50,8 @@ def catalog(edition: str) -> dict[str, str]:
     """English text -> this edition's text (empty for English)."""
     if edition == DEFAULT:
         return {}
-    return json.loads((LOCALE / f"{edition}.json").read_text(encoding="utf-8"))
+    found: dict[str, str] = json.loads((LOCALE / f"{edition}.json").read_text(encoding="utf-8"))
+    return found
 
 
 def tr(text: str) -> str:
