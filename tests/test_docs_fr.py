@@ -199,11 +199,14 @@ def test_a_french_chapters_link_to_the_glossary_lands_on_the_french_one():
     build = _build()
     chapter = ROOT / "notebooks" / "fr" / "00_setup.ipynb"
     cells = json.loads(chapter.read_text(encoding="utf-8"))["cells"]
-    assert any("../../docs/glossary.md" in "".join(c["source"]) for c in cells)
+    # in JupyterLab the link opens the French page; on the site it lands there too
+    assert any("../../docs/fr/glossary.md" in "".join(c["source"]) for c in cells)
     lay = build.Layout("fr", ROOT / "build" / "unused")
-    moved = lay.rewrite("[g](../../docs/glossary.md) ![s](../../docs/cheatsheet.png)",
+    moved = lay.rewrite("[g](../../docs/fr/glossary.md) [e](../../docs/glossary.md) "
+                        "![s](../../docs/cheatsheet.png)",
                         chapter, build.site_path(chapter, "fr"))
-    assert moved == "[g](../docs/glossary.md) ![s](../docs/cheatsheet.png)"
+    assert moved == "[g](../docs/glossary.md) [e](../docs/glossary.md) " \
+                    "![s](../docs/cheatsheet.png)"
     assert lay.extra == {(DOCS / "fr" / "cheatsheet.png").resolve()}
     shown = dict(build.docs_pages("fr"))
     assert shown[(DOCS / "fr" / "glossary.md").resolve()] is False
