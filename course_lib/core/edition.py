@@ -93,6 +93,11 @@ def marks(text: str) -> str:
     return text.replace("%", typography.NBSP + "%")
 
 
+def device(name: str) -> str:
+    """A device as the edition names it: French writes CPU; a GPU's name stays."""
+    return tr("cpu") if name == "cpu" else name
+
+
 def decimal(value: float, places: int = 4) -> str:
     """A float the learner reads, to ``places`` decimals, as the edition
     writes it: 2.5000 in English, 2,5000 in French; never -0.0000."""

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from course_lib.core import checkpoint, paths
+from course_lib.core import checkpoint, edition, paths
 from course_lib.core.config import Config, load
 from course_lib.core.data import Corpus, collate, load_corpus, locate, parity_window
 from course_lib.core.data import prepare as prepare_data
@@ -117,17 +117,12 @@ def run_all(cfg: Config, out: Path, exercise_cfg: Config | None = None,
 # --- what a chapter prints from the engine ------------------------------------------
 
 
-def _device(device: str) -> str:
-    """The device as the edition names it (French writes CPU)."""
-    return tr("cpu") if device == "cpu" else device
-
-
 def describe_placement(p: Placement) -> str:
     """``Placement.describe`` in the edition: where the chapter's launches run.
     The run layer's own text stays English (the CLI and the logs print it)."""
     what = tr("1 rank(s), {backend} on {device}") if p.world_size == 1 else tr(
         "{ranks} rank(s), {backend} on {device}")
-    what = what.format(ranks=p.world_size, backend=p.backend, device=_device(p.device))
+    what = what.format(ranks=p.world_size, backend=p.backend, device=edition.device(p.device))
     if p.nccl_reference_path:
         return what + tr(" (the NCCL reference path)")
     return what + tr(" (not the NCCL reference path: a CPU/gloo stand-in)")
@@ -282,7 +277,7 @@ def summary(out: Path, sections: tuple[str, ...] = PROTOCOL) -> str:
     p = loaded.get("parity")
     if isinstance(p, ParityReport):
         header = tr("{ranks} ranks, {backend} on {device}").format(
-            ranks=p.world_size, backend=p.backend, device=_device(p.device)) + (
+            ranks=p.world_size, backend=p.backend, device=edition.device(p.device)) + (
             "" if p.nccl_reference_path else tr(" (not the NCCL reference path)"))
     width = max(len(r[0]) for r in rows)
     lines = [tr("Summary: {header}").format(header=header)]

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from course_lib import checks
 from course_lib.checks import CheckResult
-from course_lib.core import objectives, paths
+from course_lib.core import edition, objectives, paths
 from course_lib.core.config import Config
 from course_lib.core.edition import marks, tr
 from course_lib.jobs.kind import JobKind, launch
@@ -246,7 +246,7 @@ def describe(report: AuditReport) -> str:
     lines = [tr("Audit of {step} ({kind}): {ranks} ranks, {backend} on {device}, "
                 "{dtype}").format(
         step=report.step, kind=report.kind, ranks=report.world_size, backend=report.backend,
-        device=tr(report.device) if report.device == "cpu" else report.device,
+        device=edition.device(report.device),
         dtype=report.dtype)
         + ("" if report.objective == objectives.DEFAULT
            else tr("; objective {objective}").format(objective=report.objective))]

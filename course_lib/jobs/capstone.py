@@ -37,7 +37,7 @@ import torch.distributed as dist
 from course_lib import checks
 from course_lib.checks import CheckResult
 from course_lib.checks import world_size as world_size_check
-from course_lib.core import checkpoint, paths
+from course_lib.core import checkpoint, edition, paths
 from course_lib.core.config import Config
 from course_lib.core.edition import marks, tr
 from course_lib.core.evaluate import RTOL
@@ -342,7 +342,7 @@ def describe(report: CapstoneReport) -> str:
                 "{dtype} (the evaluation in float64)").format(
         file=shown, ranks=report.world_size, others=also.join(map(str, others)),
         evaluation=also.join(map(str, EVALUATION_WORLDS)), backend=report.backend,
-        device=tr(report.device) if report.device == "cpu" else report.device,
+        device=edition.device(report.device),
         dtype=report.dtype)]
     width = max(len(tr("PASS")), len(tr("FAIL")))  # what failed, in one column
     for name, r in report.properties.items():

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib import frameworks
+from course_lib.core import edition
 from course_lib.core.edition import tr
 from course_lib.core.verdicts import NOT_FINITE, TOLERANCE, Verdict
 from course_lib.frameworks import candidates, models, options
@@ -467,10 +468,9 @@ def describe(report: FrameworksReport) -> str:
     head = (tr("framework"), tr("version"), tr("model"), tr("flags"), tr("verdict"))
     widths = [max(w, len(h)) for w, h in zip((11, 9, 7, 36, 17), head, strict=True)]
     widths[-1] = max([widths[-1], *(len(said) for _, _, said, _ in rows)])
-    device = tr(report.device) if report.device == "cpu" else report.device
     lines = [tr("Frameworks, audited: {ranks} ranks, {backend} on {device}; the gradient of "
                 "the first optimizer step vs the token mean").format(
-        ranks=report.world_size, backend=report.backend, device=device),
+        ranks=report.world_size, backend=report.backend, device=edition.device(report.device)),
              "  " + " ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
              + " " + tr("matches")]
     for r, flags, said, tail in rows:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from course_lib import checks
+from course_lib.core import edition
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus, collate, parity_window
 from course_lib.core.edition import marks, number, tr
@@ -385,11 +386,11 @@ def describe(report: RecipesReport, names: Sequence[str] | None = None) -> str:
     claim = max([31, len(tr("its claim")), *map(len, theirs)])
     windows = max([8, len(balanced), len(skewed)])
     blank = max([20, len(tr("empty window")), *map(len, empty)])
-    device = tr(report.device) if report.device == "cpu" else report.device
     lines = [tr("Production recipes: {ranks} ranks, {backend} on {device}, {dtype}; verdicts "
                 "balanced | skewed, and the relative gradient error per window, against "
                 "the token mean (RL: sum A l / N)").format(
-        ranks=report.world_size, backend=report.backend, device=device, dtype=report.dtype),
+        ranks=report.world_size, backend=report.backend,
+        device=edition.device(report.device), dtype=report.dtype),
              f"{tr('recipe'):<26} {tr('token mean'):<{token}} {balanced:>{windows}} "
              f"{skewed:>{windows}}  {tr('claims'):<16} {tr('its claim'):<{claim}} "
              f"{tr('empty window'):<{blank}} {tr('fails')}"]
