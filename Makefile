@@ -47,21 +47,22 @@ LANE := notebooks tests/test_faults.py tests/test_widgets.py tests/test_framewor
 SIGINT_DFL := $(BIN)/python -c 'import os, signal, sys; \
 	signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
 
-# The site is built once, before the lanes; tests/test_site.py checks the
-# build that COURSE_SITE names (a narrow run builds it itself).
-test: $(STAMP) site
-	$(BIN)/ruff check .
-	$(BIN)/lint-imports --no-cache
-	$(BIN)/mypy
+# Each lane starts with one single-threaded step, so that neither leaves a
+# core idle: the first lints (ruff, the layers of ARCHITECTURE.md, the types),
+# the second builds the site that tests/test_site.py checks (COURSE_SITE; a
+# narrow run builds it itself). A lint error still fails `make test`.
+test: $(STAMP)
 	@mkdir -p runs
 	@export COURSE_SITE=$(abspath $(SITE_OUT)); \
 	export COURSE_REPLAY=$$(mktemp -d); \
-	$(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) --junitxml=runs/test-lane1.xml \
-	  > runs/lane.log 2>&1 & lane=$$!; \
+	{ $(BIN)/ruff check . && $(BIN)/lint-imports --no-cache && $(BIN)/mypy && \
+	  $(SIGINT_DFL) $(BIN)/python -m pytest $(LANE) --junitxml=runs/test-lane1.xml; \
+	} > runs/lane.log 2>&1 & lane=$$!; \
+	$(MAKE) --no-print-directory site && \
 	$(SIGINT_DFL) $(BIN)/python -m pytest tests $(LANE:%=--ignore=%) \
 	  --junitxml=runs/test-lane2.xml; rest=$$?; \
 	wait $$lane; first=$$?; \
-	echo "--- $(LANE) ---"; cat runs/lane.log; \
+	echo "--- lint, then $(LANE) ---"; cat runs/lane.log; \
 	rm -rf "$$COURSE_REPLAY"; exit $$(( rest || first ))
 
 # Each lane's time and the twenty slowest tests of the last `make test`

@@ -1,11 +1,11 @@
-"""Every benchmark runs on main: each once, in its quick mode, as a
+"""Every benchmark runs on main: each once, in its quick mode, in one
 subprocess. Only the exit status and the figure line are asserted, never a
 time (the numbers of a quick run measure nothing)."""
 
+import json
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -41,16 +41,17 @@ def test_every_benchmark_has_a_quick_run_or_a_reason():
     assert not set(FIGURE) & set(NOT_QUICK)
 
 
-def _run(name: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def runs():
-    # Two at a time: most of a quick run is imports and torchrun's start.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(FIGURE, pool.map(_run, FIGURE), strict=True))
+    # One interpreter runs them in turn, each as `python SCRIPT --quick` would
+    # (tests/machinery/quick_runs.py): most of a quick run in an interpreter
+    # of its own was importing torch and starting an agent server.
+    proc = subprocess.run([sys.executable, "-m", "tests.machinery.quick_runs", *FIGURE],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {name: subprocess.CompletedProcess([str(BENCHMARKS / f"{name}.py"), "--quick"],
+                                              run["returncode"], run["stdout"], run["stderr"])
+            for name, run in json.loads(proc.stdout).items()}
 
 
 @pytest.mark.parametrize("name", list(FIGURE))

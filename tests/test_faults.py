@@ -64,6 +64,13 @@ def _wait_for_step(proc, run_dir, step, limit=120):
         time.sleep(0.05)
 
 
+def _held_at(step, tmp_path, **where) -> str:
+    """COURSE_FAULT: hold (every rank, or ``rank=R``) at ``step`` until the test
+    ends the job: the event it waits on is a file nobody writes."""
+    never = tmp_path.parent / f"{tmp_path.name}-never"
+    return json.dumps({"kind": "hold", "step": step, "until": str(never), **where})
+
+
 def _workers_of(proc) -> dict[int, psutil.Process]:
     return processes.workers(proc.pid)
 
@@ -137,10 +144,12 @@ def test_a_set_up_failure_is_the_first_line_of_the_error(tmp_path, cfg):
 
 @pytest.mark.parametrize("forkserver", ["1", "0"], ids=["forkserver", "plain"])
 def test_pgrep_finds_each_rank_by_its_title(tmp_path, popen, forkserver):
+    # Every rank holds at step 2 until the interrupt: a job that could finish
+    # first (50 steps of 0.1 s did, twice, on a loaded machine) exits 0.
     proc = _cli(popen, "train", "--stop-at", 50, "--out", tmp_path, "--timeout", 60,
-                env={"COURSE_FAULT": json.dumps({"delay": 0.1}),
+                env={"COURSE_FAULT": _held_at(2, tmp_path),
                      "COURSE_FORKSERVER": forkserver})
-    _wait_for_step(proc, tmp_path, 2)
+    _wait_for_step(proc, tmp_path, 1)
     job = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     for rank in (0, 1):
         found = subprocess.run(["pgrep", "-f", f"rank {rank}/2 train {tmp_path}"],
@@ -168,9 +177,11 @@ def test_a_stopped_rank_is_named_and_nothing_survives(tmp_path, popen):
     # job before its first step (2 of 6 plain runs).
     timeout = 30
     started = time.monotonic()
+    # Rank 1 holds at step 2, and is stopped there: rank 0 waits for it in
+    # step 2's all-reduce, however late the signal comes.
     proc = _cli(popen, "train", "--stop-at", 50, "--out", tmp_path, "--timeout", timeout,
-                env={"COURSE_FAULT": json.dumps({"delay": 0.1})})
-    _wait_for_step(proc, tmp_path, 2)
+                env={"COURSE_FAULT": _held_at(2, tmp_path, rank=1)})
+    _wait_for_step(proc, tmp_path, 1)
     stopped = _workers_of(proc)[1]
     stopped.send_signal(signal.SIGSTOP)
     _, stderr = proc.communicate(timeout=timeout + 60)
@@ -184,7 +195,7 @@ def test_a_stopped_rank_is_named_and_nothing_survives(tmp_path, popen):
 
 def test_killing_the_cli_takes_torchrun_and_workers_with_it(tmp_path, popen):
     proc = _cli(popen, "train", "--continuous", "--out", tmp_path,
-                env={"COURSE_FAULT": json.dumps({"delay": 0.2})})
+                env={"COURSE_FAULT": _held_at(2, tmp_path)})
     _wait_for_step(proc, course_lib.continuous_dir(tmp_path), 1)
     tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     server = 1 if launch.uses_forkserver("gloo") else 0  # the plain path has none

@@ -28,6 +28,8 @@ BY_NAME = {
     "frameworks/source.py": "the installed frameworks' modules whose lines chapters "
                             "07 and 08 print (third-party, never course_lib)",
     "course/grading.py": "an answer's report class, loaded only when a question is graded",
+    "run/forkserver/server.py": "what a launch's jobs will import (JobSpec.preload: a "
+                                "framework's modules, third-party), once before the forks",
 }
 
 

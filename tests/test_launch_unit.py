@@ -193,6 +193,49 @@ def test_a_killed_server_takes_its_agent_and_the_next_launch_starts_another(tmp_
 # --- what a worker imports ------------------------------------------------------------
 
 
+HOLDS = """
+import sys
+from course_lib.run.forkserver.prctl import die_with_parent
+die_with_parent()
+print("worker up", "tabnanny" in sys.modules, flush=True)
+"""
+
+
+def test_a_preload_is_imported_once_by_a_server_of_its_own(tmp_path):
+    """Launches that name modules (JobSpec.preload) fork from a server that
+    imported them before it forked; the others fork from one that did not, so
+    their workers start without them."""
+    script = tmp_path / "holds.py"
+    script.write_text(HOLDS)
+    cmd = [*_sleeper_cmd(tmp_path)[:-1], str(script)]
+    seen = {}
+    for preload in ((), ("tabnanny",), ("tabnanny",)):
+        agent = agent_client.spawn(cmd, _env(), str(tmp_path), preload)
+        server = psutil.Process(agent.pid).parent()
+        out = agent.stdout.read().decode()
+        assert agent.wait(timeout=60) == 0, out
+        seen.setdefault(preload, []).append((server.pid, "worker up True" in out))
+    (plain,), (warm, again) = seen[()], seen[("tabnanny",)]
+    assert plain == (plain[0], False) and warm[1] and again == warm  # one server per set
+    assert plain[0] != warm[0] and psutil.Process(warm[0]).cmdline()[-1] == "tabnanny"
+    # a module that does not import is left to the worker, which says so itself
+    agent = agent_client.spawn(cmd, _env(), str(tmp_path), ("no_such_module_here",))
+    assert agent.wait(timeout=60) == 0, agent.stdout.read()
+
+
+def test_a_frameworks_job_names_what_its_workers_import():
+    from course_lib.frameworks import modules
+    from course_lib.jobs.frameworks import Configuration, FrameworksJob
+
+    job = FrameworksJob([Configuration("hf", "gpt2"), Configuration("trl", "llama",
+                                                                    uses={"lora": {}})])
+    assert set(job.preload()) == {"transformers.trainer", "trl.trainer.sft_trainer",
+                                  "datasets", "peft",
+                                  "transformers.models.gpt2.modeling_gpt2",
+                                  "transformers.models.llama.modeling_llama"}
+    assert modules(["hf", "unsloth"]) == ()  # Unsloth must import before transformers
+
+
 def test_a_worker_starts_without_the_frameworks():
     """A worker imports its module and every job kind at start; only the
     frameworks' job imports transformers and its kin, when it runs."""

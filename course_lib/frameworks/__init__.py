@@ -16,7 +16,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,6 +60,7 @@ class Captured:
 
 class Adapter(Protocol):
     package: str  # the distribution pip installs
+    modules: tuple[str, ...]  # what prepare imports (preloaded: ``modules``)
     variants: tuple[dict[str, Any], ...]  # the flag sets audited by default
 
     def supports(self, flags: dict[str, Any]) -> bool:
@@ -99,6 +100,23 @@ def load_first(adapter: Adapter) -> None:
     """An exclusive adapter's imports, before anything builds a model."""
     if exclusive(adapter):
         adapter.load()  # type: ignore[attr-defined]
+
+
+def modules(frameworks: Iterable[str], models: Iterable[str] = (),
+            packages: Iterable[str | None] = ()) -> tuple[str, ...]:
+    """The modules the workers of these frameworks, on these transformers
+    model types, with these options' packages, will import: what the agent
+    server imports once before it forks them (``JobSpec.preload``). () when
+    a framework is exclusive: it must come first, in a worker of its own."""
+    found: set[str] = set()
+    for name in frameworks:
+        a = adapter(name)
+        if exclusive(a):
+            return ()
+        found.update(a.modules)
+    found.update(f"transformers.models.{m}.modeling_{m}" for m in models)
+    found.update(p.replace("-", "_") for p in packages if p)
+    return tuple(sorted(found))
 
 
 def adapter(name: str) -> Adapter:

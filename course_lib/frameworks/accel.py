@@ -28,6 +28,7 @@ from course_lib.frameworks.window import Listed, Window
 
 class AccelerateAdapter:
     package = "accelerate"
+    modules: tuple[str, ...] = ("accelerate",)  # the agent server's preload
     variants: tuple[dict[str, Any], ...] = ({"recipe": "accumulate"},
                                             {"recipe": "docs_recipe"})
 

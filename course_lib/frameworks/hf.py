@@ -22,6 +22,8 @@ from course_lib.frameworks.window import Window, dispatched
 
 class HFAdapter:
     package = "transformers"
+    # what prepare imports: the agent server's preload (frameworks.modules)
+    modules: tuple[str, ...] = ("transformers.trainer",)
     variants: tuple[dict[str, Any], ...] = ({"average_tokens_across_devices": True},
                                             {"average_tokens_across_devices": False})
 

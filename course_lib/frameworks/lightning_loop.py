@@ -19,6 +19,7 @@ from course_lib.frameworks.window import Listed, Window
 
 class LightningAdapter:
     package = "lightning"
+    modules: tuple[str, ...] = ("lightning",)  # the agent server's preload
     variants: tuple[dict[str, Any], ...] = ({},)
 
     def supports(self, flags: dict[str, Any]) -> bool:

@@ -54,6 +54,8 @@ class _Later:
 
 class OwnTrainerAdapter:
     package = "transformers"
+    # what prepare imports: the agent server's preload (frameworks.modules)
+    modules: tuple[str, ...] = ("transformers.trainer",)
     variants: tuple[dict[str, Any], ...] = ()  # audited only by `audit --trainer`
 
     def supports(self, flags: dict[str, Any]) -> bool:

@@ -113,6 +113,10 @@ class Trained:
 # --- what the installed TRL offers ----------------------------------------------------
 
 
+# What ``prepare`` imports beyond the HF Trainer's: the agent server's preload.
+MODULES = ("trl.trainer.grpo_trainer", "trl.trainer.rloo_trainer", "datasets")
+
+
 def loss_types() -> tuple[str, ...]:
     """Every ``loss_type`` the installed ``GRPOTrainer._compute_loss`` branches
     on (``self.loss_type == "x"`` or ``in [...]``), in order of first

@@ -20,6 +20,8 @@ from course_lib.frameworks.window import Window, dispatched
 
 class TRLAdapter:
     package = "trl"
+    # the agent server's preload: SFTTrainer and the datasets it streams
+    modules: tuple[str, ...] = ("trl.trainer.sft_trainer", "datasets")
     # TRL's SFTConfig trains in bf16 unless told otherwise: both are audited.
     variants: tuple[dict[str, Any], ...] = ({}, {"bf16": False})
 

@@ -12,6 +12,7 @@ from course_lib.frameworks.trl_sft import TRLAdapter
 class UnslothAdapter(TRLAdapter):
     package = "unsloth"
     exclusive = True  # it patches the frameworks of every later configuration
+    modules: tuple[str, ...] = ()  # it must be imported before transformers
 
     def load(self) -> None:
         """Before transformers builds the model (``frameworks.load_first``):

@@ -72,6 +72,11 @@ class FrameworksJob(JobSpec):
     # as bad input (audit_trainer's check of a learner's function).
     build_only: bool = False
 
+    def preload(self) -> tuple[str, ...]:
+        confs = self.configurations
+        return frameworks.modules({c.framework for c in confs}, {c.model for c in confs},
+                                  {options.OPTIONS[o].package for c in confs for o in c.uses})
+
 
 @dataclass(frozen=True)
 class FrameworksReport(RunHeader, Report):

@@ -77,6 +77,9 @@ class LoggingJob(JobSpec):
     # seconds, as chapter 07 runs it live
     frameworks: list[str] = field(default_factory=lambda: list(FRAMEWORKS))
 
+    def preload(self) -> tuple[str, ...]:
+        return frameworks.modules(self.frameworks, self.models)
+
 
 @dataclass(frozen=True)
 class LoggedRow:

@@ -44,6 +44,9 @@ class TRLTrainerJob(JobSpec):
     cases: list[grpo.Case]
     shape: grpo.Shape = field(default_factory=grpo.Shape)
 
+    def preload(self) -> tuple[str, ...]:
+        return grpo.MODULES + frameworks.modules(["hf"], [self.shape.model])
+
 
 @dataclass(frozen=True)
 class TRLTrainerReport(RunHeader, Report):

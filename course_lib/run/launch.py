@@ -238,7 +238,8 @@ def _run(run: RunFile, placement: Placement, nproc: int, multinode: MultiNode | 
     started, tail = time.monotonic(), deque[str](maxlen=2000)
     if echo:
         _echo(f"$ {plain}")
-    proc = forkserver.spawn(cmd, env, os.getcwd()) if fork else _popen(cmd, env)
+    preload = tuple(sorted({m for job in jobs for m in job.preload()}))
+    proc = forkserver.spawn(cmd, env, os.getcwd(), preload) if fork else _popen(cmd, env)
     # The job's time starts with its agent, not with the launcher's first
     # launch starting the agent server.
     deadline = time.monotonic() + timeout

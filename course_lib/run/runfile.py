@@ -30,6 +30,11 @@ class JobSpec:
         """Where the job writes, when it is not the launch's ``out``."""
         return None
 
+    def preload(self) -> tuple[str, ...]:
+        """Modules its workers will import that the agent server may import
+        once, before it forks them (a framework's: seconds per worker)."""
+        return ()
+
 
 def tag(job: JobSpec) -> str:
     return job.TAG

@@ -60,11 +60,11 @@ class _Unreachable(OSError):
 
 
 class _Server:
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = ()):
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno())],
+                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno()), *preload],
                 pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, preexec_fn=die_with_parent)
         self.lock = threading.Lock()
@@ -84,7 +84,9 @@ class _Server:
             theirs.close()
             os.close(write_end)
         try:
-            mine.settimeout(60)
+            # A fresh server answers once its preload is imported (a framework's:
+            # seconds); a dead one closes the socket at once.
+            mine.settimeout(300)
             pid = mine.recv(STATUS.size)
         except OSError:
             pid = b""
@@ -104,22 +106,26 @@ _servers: dict[tuple, _Server] = {}
 _servers_lock = threading.Lock()
 
 
-def _server(key: tuple, env: dict[str, str], fresh: bool = False) -> _Server:
+def _server(key: tuple, env: dict[str, str], preload: tuple[str, ...],
+            fresh: bool = False) -> _Server:
     with _servers_lock:
         server = _servers.get(key)
         if fresh or server is None or server.proc.poll() is not None:
             if server is not None:
                 server.close()
-            server = _servers[key] = _Server(env)
+            server = _servers[key] = _Server(env, preload)
         return server
 
 
-def spawn(cmd: list[str], env: dict[str, str], cwd: str) -> Agent:
+def spawn(cmd: list[str], env: dict[str, str], cwd: str,
+          preload: tuple[str, ...] = ()) -> Agent:
     """Run ``cmd`` (``python -m torch.distributed.run ARGS``) as a fork of
     this process's agent server, started on first use; the agent's stdout
-    and stderr are the returned ``Agent.stdout``."""
-    key = (os.getpid(), *(env.get(k) for k in _AT_IMPORT))
+    and stderr are the returned ``Agent.stdout``. ``preload``: modules the
+    workers will import; launches that name the same ones share a server
+    that imported them at its start, and the others never see them."""
+    key = (os.getpid(), *(env.get(k) for k in _AT_IMPORT), *sorted(preload))
     try:
-        return _server(key, env).request(cmd, env, cwd)
+        return _server(key, env, preload).request(cmd, env, cwd)
     except _Unreachable:  # it died since the last launch: start another, once
-        return _server(key, env, fresh=True).request(cmd, env, cwd)
+        return _server(key, env, preload, fresh=True).request(cmd, env, cwd)

@@ -4,7 +4,10 @@ A fresh ``python -m torch.distributed.run`` pays, on 2 CPU cores, 1.7 s to
 import torch, and each worker 1.4 s more when DDP's constructor lazily
 imports ``torch._dynamo``. So each launching process (a notebook's kernel,
 pytest, the CLI) starts one server, ``python -m course_lib.run.forkserver.server FD``, on its
-first launch (agent_client.py), and the server imports both once. For each
+first launch (agent_client.py), and the server imports both once, with the
+modules a launch's jobs name (``JobSpec.preload``: a framework's, which cost
+each worker seconds more): launches that name other modules get a server of
+their own, so a worker never inherits a framework its job does not use. For each
 launch it forks an agent: a new session that runs
 ``torch.distributed.run.main`` with the launch's arguments, environment and
 working directory, and that ``ps`` shows as the torchrun command line it
@@ -19,6 +22,7 @@ closes, and dies with its parent, and every agent dies with the server
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import selectors
@@ -129,5 +133,17 @@ def _agent(request: dict, out: int, server: int) -> int:
     return code
 
 
+def preload(modules: list[str]) -> None:
+    """Import what the workers of this server's launches will import (a
+    framework's modules), once, so every fork starts with them. One that
+    fails to import is left to the worker, which reports it as its own."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S110 - the worker meets it again and says so
+            pass
+
+
 if __name__ == "__main__":
+    preload(sys.argv[2:])
     serve(socket.socket(fileno=int(sys.argv[1])))
