@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "steps": "course_lib.steps",
     "audit": "course_lib.jobs.audit:audit",
     "bugs": "course_lib.jobs.audit:bugs",
+    "checks": "course_lib.checks",  # the named checks: one read in its source
     "describe_audit": "course_lib.jobs.audit:describe",
     "AuditReport": "course_lib.jobs.audit:AuditReport",
     # 06 checkpoint and resume
@@ -83,8 +84,6 @@ _EXPORTS: dict[str, str] = {
     "uneven_result": "course_lib.checks.uneven:result_path",
     "uneven_layout": "course_lib.rank.harness:uneven_layout",
     "uneven_budget": "course_lib.checks.uneven:MAX_TOKENS",
-    # 05 the bug lab: the 32 sequences world_size_invariance spreads over W
-    "world_size_sequences": "course_lib.checks.world_size:sequences",
     # 05 the bug lab: the bugs by family, and one bug read three ways
     "bug_tour": "course_lib.course.bug_tour:tour",
     "show_layouts": "course_lib.course.bug_tour:show_layouts",  # the invariance checks' layouts

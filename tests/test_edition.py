@@ -35,7 +35,13 @@ def vocabularies() -> set[str]:
     descriptions (chapter 05's table) and families, the exercise's scenario
     names and the capstone's properties, the real code's labels and quoted
     titles (chapters 08 and 09), the configurations' columns, what an empty
-    window does and the GRPO trainers' legend (each shown through ``tr``)."""
+    window does and the GRPO trainers' legend (each shown through ``tr``);
+    the English records that a chapter shows reworded (``edition.reword``):
+    the jobs' names in the progress lines, the checkpoint's, the empty
+    window's and the launch's messages, chapter 05's notes, and the bug
+    catalog's ``why``; the recipes' formulas (chapter 08's table)."""
+    from course_lib.checks.base import NOTES
+    from course_lib.core import checkpoint, normalize
     from course_lib.core.config import load
     from course_lib.core.verdicts import EmptyOutcome, Verdict
     from course_lib.course.bug_tour import FAMILIES
@@ -46,19 +52,25 @@ def vocabularies() -> set[str]:
     from course_lib.jobs.capstone import PROPERTIES
     from course_lib.jobs.frameworks_logging import VERDICTS
     from course_lib.jobs.trl_grpo import LEGEND
+    from course_lib.run import diagnose, progress
     from course_lib.steps import BUILTIN
-    from course_lib.steps.recipes import describe_empty
+    from course_lib.steps.base import KINDS
+    from course_lib.steps.recipes import RECIPES, describe_empty
 
     options = {o for q in quiz.QUESTIONS.values() for o in q.choices()
                if not grading.neutral(o)}
     exercise = load(paths.config_path("exercise")).exercise
     assert exercise is not None
+    reworded = {*progress.TASKS, *progress.RUNS, *normalize.MESSAGES, *checkpoint.MESSAGES,
+                checkpoint.DIFFERENCE, *diagnose.REASONS, diagnose.DESYNC, *NOTES}
     return options | set(LABELS.values()) | {str(v) for v in Verdict} | {
         c.name for c in CANDIDATES} | set(VERDICTS) | {
         s.description for s in BUILTIN.values()} | {sc.name for sc in exercise.scenarios} | set(
         PROPERTIES.values()) | set(FAMILIES) | source.labels() | {LEGEND} | set(
         CONFIGURATION_HEAD) | {describe_empty(o, finite) for o in EmptyOutcome
-                               for finite in (None, False)}
+                               for finite in (None, False)} | reworded | {
+        s.why for s in BUILTIN.values()} | {
+        text for r in RECIPES.values() for text in (r.backprop, r.reduction)} | set(KINDS)
 
 
 def learner_strings() -> set[str]:
@@ -194,7 +206,8 @@ def test_the_summary_speaks_one_language_a_line(monkeypatch, tmp_path):
     monkeypatch.setenv(edition.ENV, "fr")
     french = api.summary(tmp_path).splitlines()
     assert len(french) == len(english) == 8
-    assert french[0] == "Bilan\u00a0: 2 rangs, gloo sur CPU (pas le chemin de référence NCCL)"
+    assert french[0] == ("Bilan\u00a0: 2 rangs, gloo sur CPU "
+                         "(pas la configuration de référence NCCL)")
     templates = _templates_of(api)
     for line in french:
         assert not [e for e, p in templates if p.search(line)], line
@@ -217,10 +230,10 @@ def test_the_placement_line_speaks_the_edition(monkeypatch):
         assert api.describe_placement(p) == p.describe()
     monkeypatch.setenv(edition.ENV, "fr")
     french = [api.describe_placement(p) for p in placements]
-    assert french[0] == ("2 rangs, gloo sur CPU (pas le chemin de référence NCCL\u00a0: "
-                         "une doublure CPU/gloo)")
+    assert french[0] == ("2 rangs, gloo sur CPU (pas la configuration de référence NCCL"
+                         "\u00a0: un substitut CPU/gloo)")
     assert french[1].startswith("1 rang, gloo sur CPU (pas ")
-    assert french[2] == "4 rangs, nccl sur cuda (le chemin de référence NCCL)"
+    assert french[2] == "4 rangs, nccl sur cuda (la configuration de référence NCCL)"
     assert not [line for line in french if re.search(r"\b(rank|on|not|the|path)\b", line)]
 
 
@@ -336,3 +349,173 @@ def test_the_logged_verdicts_speak_the_edition(monkeypatch):
     assert [r.said for r in rows] == [french(fr[r.verdict]) for r in rows]
     assert "moyenne par token" in {r.said for r in rows}
     assert "moyenne des moyennes des rangs" in {r.said for r in rows}
+
+
+# --- what course_lib explains while a chapter runs (issue 30) ------------------------------
+
+
+def test_the_progress_lines_speak_the_edition(monkeypatch):
+    """The frame and the jobs' names in French; English byte for byte, and
+    the wire (rank 0's JSON) English in both editions."""
+    import io
+
+    from course_lib.run import progress
+
+    def lines(jobs):
+        out = io.StringIO()
+        sink = progress.TextProgress(out)
+        for job, total in jobs:
+            sink.update(job, 0, total)
+            sink.update(job, total, total)
+        return out.getvalue().splitlines()
+
+    jobs = [("world size 2", 15), ("uneven microbatches", 3), ("parity", 3),
+            ("train resume (updates 51-100)", 50), ("train ablation:model_only", 50),
+            ("capstone at W=2", 4), ("frameworks_logging", 1)]
+    monkeypatch.delenv(edition.ENV, raising=False)
+    english = lines(jobs)
+    assert english[:2] == ["[world size 2] started", "[world size 2] 15/15 done"]
+    assert english[6:8] == ["[train resume (updates 51-100)] started",
+                            "[train resume (updates 51-100)] 50/50 done"]
+    wire = progress.encode("world size 2", 1, 15)
+    monkeypatch.setenv(edition.ENV, "fr")
+    assert progress.encode("world size 2", 1, 15) == wire
+    french = lines(jobs)
+    assert french[:2] == ["[nombre de rangs W = 2] lancé",
+                          "[nombre de rangs W = 2] 15/15 terminé"]
+    # a job named by the check it runs keeps that name, as every table writes it
+    assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parity] lancé"
+    assert french[6] == "[entraînement reprise (mises à jour 51 à 100)] lancé"
+    assert french[8] == "[entraînement ablation:model_only] lancé"
+    assert french[10] == "[projet final à W=2] lancé"
+    assert french[12:] == ["[frameworks_logging] lancé", "[frameworks_logging] 1/1 terminé"]
+    assert not [line for line in french
+                if re.search(r"\b(started|done|world|size|train)\b", line)]
+
+
+def test_a_checkpoints_refusal_speaks_the_edition(monkeypatch, tmp_path):
+    """verify's message stays English (the CLI and the logs keep it); ``said``
+    is French in the French edition."""
+    from course_lib.core import checkpoint
+
+    folder = tmp_path / "step-0050"
+    folder.mkdir()
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        checkpoint.verify(folder)
+    monkeypatch.delenv(edition.ENV, raising=False)
+    english = "step-0050: manifest.json is missing (incomplete write?)"
+    assert str(caught.value) == caught.value.said == english
+    differs = checkpoint.CheckpointError(
+        "step-0050: config differs from the checkpoint's (train.lr: 0.1 in the checkpoint, "
+        "0.2 now)")
+    monkeypatch.setenv(edition.ENV, "fr")
+    assert str(caught.value) == english
+    assert caught.value.said == ("step-0050\u00a0: manifest.json est absent "
+                                 "(écriture incomplète\u202f?)")
+    assert differs.said == ("step-0050\u00a0: la configuration diffère de celle du checkpoint "
+                            "(train.lr\u00a0: 0.1 dans le checkpoint, 0.2 maintenant)")
+    unknown = checkpoint.CheckpointError("something no template wrote")
+    assert unknown.said == "something no template wrote"
+
+
+def test_an_empty_window_speaks_the_edition(monkeypatch):
+    import torch
+
+    from course_lib.core import normalize
+
+    with pytest.raises(normalize.EmptyWindowError) as caught:
+        normalize.checked_global_count(torch.tensor(0))
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert str(caught.value) == caught.value.said == normalize.EMPTY_WINDOW
+    monkeypatch.setenv(edition.ENV, "fr")
+    assert str(caught.value) == normalize.EMPTY_WINDOW
+    assert caught.value.said.startswith("aucun token supervisé dans la fenêtre globale (N = 0)")
+    assert "every" not in caught.value.said
+
+
+# Chapter 10's empty window and chapter 05's hang, as diagnose wrote them.
+EMPTY_LAUNCH = ("ranks 0, 1 failed in train at step 1: EmptyWindowError: no supervised token "
+                "in the global window (N = 0): every rank stops here, after the same "
+                "all_reduce [torchrun exited with code 1]")
+HANG = ("rank 1 failed in uneven (step no_sync_backward_only, check uneven_microbatches) "
+        "(seen by rank 0): StepDesyncError: rank 1 did not finish the step within 10 s: a "
+        "hang, or a collective that the other ranks skipped [torchrun exited with code 1]")
+
+
+def test_a_launchs_failure_speaks_the_edition(monkeypatch):
+    """The message stays English (the CLI, the uneven check's note and the
+    capstone's grade read it); its first line reads French in the French
+    edition, frame, reasons and the rank's error alike."""
+    from course_lib.run import diagnose
+    from course_lib.run.diagnose import LaunchError
+
+    err = LaunchError(EMPTY_LAUNCH + "\n{\"event\": \"error\"}", rank=0, step=1, job="train")
+    timeout = ("rank 1 failed in train at step 3: killed by SIGABRT; timed out after 60 s; "
+               "rank 1's process was stopped (SIGSTOP), the others waited for it (a C++ "
+               "abort: often collectives that differ between ranks) (rank 0 at step 3, "
+               "rank 1 at step 2)")
+    monkeypatch.delenv(edition.ENV, raising=False)
+    assert err.said == str(err) and diagnose.said(HANG) == HANG
+    assert diagnose.said(timeout) == timeout
+    monkeypatch.setenv(edition.ENV, "fr")
+    assert str(err).startswith(EMPTY_LAUNCH)
+    first, tail = err.said.split("\n")
+    assert tail == '{"event": "error"}'
+    assert first == ("les rangs 0, 1 ont échoué dans le job train au pas 1\u00a0: "
+                     "EmptyWindowError\u00a0: aucun token supervisé dans la fenêtre globale "
+                     "(N = 0)\u00a0: chaque rang s'arrête ici, après le même all_reduce "
+                     "[torchrun s'est terminé avec le code 1]")
+    hang = diagnose.said(HANG)
+    assert hang.startswith("le rang 1 a échoué dans le job uneven (fonction step "
+                           "no_sync_backward_only, vérification uneven_microbatches) "
+                           "(vu par le rang 0)\u00a0: StepDesyncError\u00a0: le rang 1 n'a pas")
+    french = diagnose.said(timeout)
+    assert "tué par SIGABRT" in french
+    assert "(rang 0 au pas 3, rang 1 au pas 2)" in french
+    for line in (first, hang, french):
+        english = r"\b(failed|seen by|at step|exited|killed|timed|the)\b"
+        assert not re.search(english, line), line
+    assert diagnose.said("a line diagnose never wrote") == "a line diagnose never wrote"
+
+
+def test_the_bug_lab_explains_in_the_edition(monkeypatch, capsys):
+    """Chapter 05's whys and notes: the catalog and the reports keep them
+    English, the tour reads them French in the French edition."""
+    import inspect
+    import textwrap
+
+    from course_lib.checks import base, no_sync, uneven
+    from course_lib.course import bug_tour
+    from course_lib.steps import BUILTIN
+
+    family = "tokens weighed unequally"
+    tour = bug_tour.Tour(None, Path("."))  # type: ignore[arg-type]  # whys need no run
+    monkeypatch.delenv(edition.ENV, raising=False)
+    tour.show_why(family)
+    before = "".join(textwrap.fill(f"{name}: {BUILTIN[name].why}", 76, subsequent_indent="    ")
+                     + "\n" for name in bug_tour.FAMILIES[family])
+    assert capsys.readouterr().out == before
+    notes = ["synchronisation deferred to the last microbatch",
+             "ranks already agreed after microbatch 1 of 2: DDP synchronised early "
+             "(no_sync() must wrap forward and backward)",
+             "microbatches per rank: 3, 6", "the step never finished: " + HANG]
+    assert [base.said(n) for n in notes] == notes
+    # each note's template is a text the checks write (their fields as {})
+    written = set()
+    for node in ast.walk(ast.parse(inspect.getsource(no_sync) + inspect.getsource(uneven))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            written.add(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            written.add("".join(v.value if isinstance(v, ast.Constant) else "{}"
+                                for v in node.values))
+    assert {re.sub(r"\{[^{}]*\}", "{}", t) for t in base.NOTES} <= written
+    monkeypatch.setenv(edition.ENV, "fr")
+    tour.show_why(family)
+    french = capsys.readouterr().out
+    assert french.startswith("mean_of_means\u00a0: un token d'un rang qui a peu de tokens")
+    assert not re.search(r"\b(weighs|each|rank|the)\b", french)
+    said = [base.said(n) for n in notes]
+    assert said[0] == "synchronisation différée jusqu'au dernier microbatch"
+    assert said[1].startswith("rangs déjà d'accord après le microbatch 1 sur 2\u00a0:")
+    assert said[2] == "microbatches par rang\u00a0: 3, 6"
+    assert said[3].startswith("le pas ne s'est jamais terminé\u00a0: le rang 1 a échoué")

@@ -10,12 +10,34 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from course_lib.core import edition
 from course_lib.core.typed import decode, read_json, shallow, write_json
 from course_lib.rank.context import RankContext
+from course_lib.run import diagnose
 from course_lib.run.runfile import JobSpec
 
 if TYPE_CHECKING:
     from course_lib.checks.auditor import Auditor
+
+
+# The notes that checks/no_sync.py and checks/uneven.py write (the reports
+# keep them in English), read in the learner's language by ``said``: chapter
+# 05's tour and every audit table print them.
+NOTES = (
+    "not applicable: one rank or one microbatch",
+    "ranks hold different gradients after the step: never synchronised",
+    "ranks already agreed after microbatch {first} of {count}: DDP synchronised early "
+    "(no_sync() must wrap forward and backward)",
+    "synchronisation deferred to the last microbatch",
+    "the step never finished: {failure}",
+    "microbatches per rank: {counts}",
+)
+
+
+def said(note: str) -> str:
+    """A check's note in the learner's language (``COURSE_EDITION``): a
+    launch's failure that it quotes too (``diagnose.said``)."""
+    return edition.reword(note, NOTES, diagnose.said)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from course_lib.core import files
 from course_lib.core.config import Config
+from course_lib.core.edition import reword
 from course_lib.core.typed import decode
 
 MANIFEST = "manifest.json"
@@ -40,6 +41,35 @@ ALL_PARTS = frozenset({"model", "optimizer", "sampler", "rng"})
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be trusted or does not fit this run."""
+
+    @property
+    def said(self) -> str:
+        """The message in the learner's language (``COURSE_EDITION``); the
+        message itself stays English, as the CLI, logs and reports keep it."""
+        return reword(str(self), MESSAGES, lambda field: reword(field, (DIFFERENCE,)))
+
+
+# What a CheckpointError says (verify, load, compare_params and the
+# evaluation's jobs.evaluate), as ``said`` reads it; the functions write
+# their messages themselves, as chapter 06 shows verify.
+MESSAGES = (
+    "{path}: no such checkpoint directory",
+    "{name}: {manifest} is missing (incomplete write?)",
+    "{name}/{manifest}: unreadable",
+    "{name}/{file}: not listed in the manifest",
+    "{name}/{file}: missing",
+    "{name}/{file}: sha256 mismatch (edited or truncated)",
+    "{name}/{file}: missing from the manifest",
+    "{name}: saved with world size {saved}, this run has {world_size}",
+    "{name}: data lock {saved} differs from this run's {lock}",
+    "{name}: config differs from the checkpoint's ({difference})",
+    "{name}/{file}: holds rank {rank}",
+    "the two checkpoints hold different parameter names",
+    "no valid checkpoint under {out}/checkpoints",
+    "{name}: its weights do not fit this config's model ({error})",
+)
+# The first field of the config that differs (_first_config_difference).
+DIFFERENCE = "{field}: {saved} in the checkpoint, {now} now"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import string
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
@@ -65,6 +67,37 @@ def tr(text: str) -> str:
     return typography.french(found) if edition == "fr" else found
 
 
+def reword(text: str, templates: Iterable[str],
+           inner: Callable[[str], str] | None = None) -> str:
+    """``text``, which one of the English ``templates`` wrote (its fields
+    filled in), in the edition: that template through ``tr``, each field as
+    ``inner`` rewords it (as written without it). What an English record
+    says (an error, a check's note, a job's name) is read in the learner's
+    language when shown, and stays English where it is kept. The text as it
+    is in English, or when no template wrote it."""
+    if current() == DEFAULT:
+        return text
+    for template in templates:
+        found = _written_by(template).fullmatch(text)
+        if found:
+            fields = {k: inner(v) if inner else v for k, v in found.groupdict().items()}
+            return tr(template).format(**fields)
+    return text
+
+
+@cache
+def _written_by(template: str) -> re.Pattern[str]:
+    """What ``template`` writes, as a pattern: each field matches any text
+    (the same text where a field comes back)."""
+    parts, seen = [], set()
+    for literal, field, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field is not None:
+            parts.append(f"(?P={field})" if field in seen else f"(?P<{field}>.*?)")
+            seen.add(field)
+    return re.compile("".join(parts), re.DOTALL)
+
+
 # A format spec, cut where a thousands separator goes: [[fill]align][sign][z][#][0][width]
 # (grouping)(.precision)(type).
 _SPEC = re.compile(r"^(?P<head>(?:.?[<>=^])?[-+ ]?z?#?0?\d*)(?P<group>[,_]?)"
@@ -96,6 +129,23 @@ def marks(text: str) -> str:
 def device(name: str) -> str:
     """A device as the edition names it: French writes CPU; a GPU's name stays."""
     return tr("cpu") if name == "cpu" else name
+
+
+_MONTHS = ("janvier", "février", "mars", "avril", "mai", "juin", "juillet", "août",
+           "septembre", "octobre", "novembre", "décembre")
+
+
+def date(iso: str) -> str:
+    """A day stored as 2026-12-05, as the edition writes it: English keeps
+    the ISO form, French writes 5 décembre 2026 (1er for the first)."""
+    if current() != "fr":
+        return iso
+    try:
+        year, month, day = (int(part) for part in iso.split("-"))
+        name = _MONTHS[month - 1]
+    except (ValueError, IndexError):
+        return iso  # not a day: as stored
+    return f"{'1er' if day == 1 else day}{typography.NBSP}{name}{typography.NBSP}{year}"
 
 
 def decimal(value: float, places: int = 4) -> str:

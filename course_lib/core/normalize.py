@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from course_lib.core.edition import reword
 from course_lib.core.model import count_tokens, loss_sum
 
 MODES = ("global_token", "mean_of_means")
@@ -23,9 +24,20 @@ MODES = ("global_token", "mean_of_means")
 class EmptyWindowError(RuntimeError):
     """No supervised token in the whole window, on any rank."""
 
+    @property
+    def said(self) -> str:
+        """The message in the learner's language (``COURSE_EDITION``); the
+        message itself stays English, as logs and reports keep it."""
+        return reword(str(self), MESSAGES)
+
 
 EMPTY_WINDOW = ("no supervised token in the global window (N = 0): "
                 "every rank stops here, after the same all_reduce")
+# What an EmptyWindowError says: here, in core.reference and for an
+# objective (core.objectives, steps.objectives), as ``said`` reads it.
+MESSAGES = (EMPTY_WINDOW, "no supervised token in the window (N = 0)",
+            "{objective}: the window's normalizer is 0 on every rank",
+            "{objective}: the window's normalizer is 0")
 
 
 def global_count(local_count: torch.Tensor) -> torch.Tensor:

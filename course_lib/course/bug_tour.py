@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_lib.checks.base import said
 from course_lib.checks.world_size import sequences as world_size_sequences
+from course_lib.core import edition, typography
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus
 from course_lib.core.edition import tr
 from course_lib.jobs.audit import AuditReport, BugsReport
 from course_lib.rank import harness
 from course_lib.reports.numbers import err_bound
+from course_lib.run import diagnose
 from course_lib.steps import BUILTIN
 
 FAMILIES = {  # the catalog's bugs, by what each does to the gradient
@@ -28,6 +32,8 @@ FAMILIES = {  # the catalog's bugs, by what each does to the gradient
     "the right arithmetic, the wrong communication": [
         "no_sync_backward_only", "join_every_microbatch"],
 }
+
+
 
 # The course's rule in the catalog's own helpers (BUILTIN["global_token"]
 # calls accumulate_window, which does the same): once through backprop_sums,
@@ -62,10 +68,12 @@ def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
 
     def per_rank(layout: harness.Layout) -> str:
         rank_of = tr("rank {rank}: {tokens}")
-        return "; ".join(
+        shown = "; ".join(
             rank_of.format(rank=r, tokens=[tokens(mb) for mb in rank]) if len(rank) <= 4
-            else rank_of.format(rank=r, tokens=f"{len(rank)} x 1, {sum(map(tokens, rank))}")
+            else rank_of.format(rank=r, tokens=tr("{count} x 1, {total}").format(
+                count=len(rank), total=sum(map(tokens, rank))))
             for r, rank in enumerate(layout))
+        return typography.french(shown) if edition.current() == "fr" else shown
 
     print(tr("accumulation_invariance: the parity window, A microbatches x B seqs"))
     for name, layout in harness.accumulation_layouts(window).items():
@@ -100,6 +108,18 @@ class Tour:
         """Each family (in the learner's language) and its step functions."""
         for family, names in FAMILIES.items():
             print(f"{tr(family)}{tr(': ')}{', '.join(names)}")
+
+    def show_why(self, family: str) -> None:
+        """Why each of the family's bugs is wrong (the catalog's ``why``),
+        in the learner's language, wrapped for the page."""
+        for name in FAMILIES[family]:
+            print(textwrap.fill(diagnose.joined(name, tr(BUILTIN[name].why)), 76,
+                                subsequent_indent="    "))
+
+    def note(self, name: str, check: str) -> str:
+        """The check's note on the step function, as its audit saved it, in
+        the learner's language (``said``)."""
+        return said(AuditReport.load(self.out, f"audit-{name}").checks[check].note)
 
     def row(self, name: str) -> None:
         """The step function's line of the matrix: the checks that fail."""

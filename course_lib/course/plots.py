@@ -9,11 +9,13 @@ label and legend goes through the catalog (``tr``), its numbers through
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from course_lib.core import edition
 from course_lib.core.data import Corpus
 from course_lib.core.edition import decimal, number, tr
 from course_lib.course.style import COLORS, LABELS, in_edition, rank_color
@@ -121,7 +123,7 @@ def plan_tokens(plan: list, corpus: Corpus) -> Figure:
     ax_ratio.axhline(2, color=COLORS["reference"], ls="--", lw=1, label=tr("2x"))
     closest = min(steps, key=lambda s: ratios[s])
     ax_ratio.plot([closest], [ratios[closest]], "o", color="0.3", ms=5,
-                  label=tr("closest window"))
+                  label=tr("lowest ratio"))
     # the axis spans the ratios and the 2x line, not 0: the wobble shows
     lo, hi = min(min(ratios), 2), max(ratios)
     ax_ratio.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
@@ -515,7 +517,8 @@ def framework_matrix(matrix: Matrix) -> Figure:
             return tr(str(Verdict.NOT_RUN))
         seen = Verdict.RANKS_DISAGREE if cell.verdict == Verdict.RANKS_DISAGREE \
             else (cell.matches or "?")
-        return f"{tr(str(seen))}  ({cell.relative_error:.0e})"
+        # wrapped, the error on a line of its own: French formula names are long
+        return f"{textwrap.fill(tr(str(seen)), 30)}\n({cell.relative_error:.0e})"
 
     def version_key(version: str) -> tuple:
         try:
@@ -554,7 +557,7 @@ def framework_matrix(matrix: Matrix) -> Figure:
         for flags, cells in rows.items():
             keys[(f"{framework} {span}" + (f"  {flags}" if flags else ""),)] = cells
     labels = [k[0] for k in keys]
-    fig, (ax,) = _figure(height=0.26 * len(labels) + 1.4)
+    fig, (ax,) = _figure(height=0.5 * len(labels) + 1.4)
     norm = Normalize(vmin=-7, vmax=0.5)
     cmap = colormaps["viridis_r"]
     for i, cells in enumerate(keys.values()):
@@ -577,7 +580,8 @@ def framework_matrix(matrix: Matrix) -> Figure:
                  label=tr("log10 relative error vs the token mean"))
     ax.set_title(tr("The real loops, version by version ({date}, torch {torch}): the formula "
                     "each gradient matches\n(consecutive versions that read the same share "
-                    "a row)").format(date=matrix.date, torch=matrix.torch), fontsize=9)
+                    "a row)").format(date=edition.date(matrix.date), torch=matrix.torch),
+                 fontsize=9)
     return in_edition(fig)
 
 
@@ -604,7 +608,7 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
              if min(min(ws) for ws in weights.values()) * 0.9 <= t
              <= max(max(ws) for ws in weights.values()) * 1.1]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
-    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_yticks(ticks, [number(t, "g") for t in ticks])
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(tr("supervised tokens in the sequence"))
     ax.set_ylabel(tr("weight of each of its tokens x N"))

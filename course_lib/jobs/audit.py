@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from course_lib import checks
 from course_lib.checks import CheckResult
+from course_lib.checks.base import said
 from course_lib.core import edition, objectives, paths
 from course_lib.core.config import Config
 from course_lib.core.edition import marks, tr
@@ -240,12 +241,12 @@ def bugs(cfg: Config, out: Path, objective: str | None = None, **kw: Any) -> Bug
 
 def describe(report: AuditReport) -> str:
     """The audit as a short table: one line per check (in the learner's
-    language: ``COURSE_EDITION``; a check's note is the report's, English)."""
+    language: ``COURSE_EDITION``; a check's note as ``checks.base.said`` reads it)."""
     from course_lib.reports.numbers import short
 
     lines = [tr("Audit of {step} ({kind}): {ranks} ranks, {backend} on {device}, "
                 "{dtype}").format(
-        step=report.step, kind=report.kind, ranks=report.world_size, backend=report.backend,
+        step=report.step, kind=tr(report.kind), ranks=report.world_size, backend=report.backend,
         device=edition.device(report.device),
         dtype=report.dtype)
         + ("" if report.objective == objectives.DEFAULT
@@ -254,7 +255,7 @@ def describe(report: AuditReport) -> str:
     for name, c in report.checks.items():
         verdict = tr("PASS") if c.passed else tr("FAIL")
         if c.max_abs_err is None:
-            detail = c.note
+            detail = said(c.note)
         elif c.passed:  # rounding decides the digits: the report keeps them
             detail = tr("max |err| within atol {atol}, rtol {rtol}").format(
                 atol=marks(f"{c.atol:g}"), rtol=marks(f"{c.rtol:g}"))

@@ -528,11 +528,15 @@ def describe_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> str:
 def describe_recipes(names: Sequence[str] | None = None) -> str:
     """The recipes (every one, or ``names``) as the sources describe them:
     backprop, reduction, claim."""
-    lines = [f"  {tr('recipe'):<26} {tr('per-microbatch backprop'):<38} "
-             f"{tr('reduction'):<34} {tr('claims')}"]
-    for name in names or RECIPES:
-        r = RECIPES[name]
-        lines.append(f"  {name:<26} {r.backprop:<38} {r.reduction:<34} {r.claims}")
+    shown = [(name, tr(RECIPES[name].backprop), tr(RECIPES[name].reduction))
+             for name in names or RECIPES]
+    # the columns as wide as their longest entry in the edition (French is longer)
+    back = max([38, *(len(b) + 1 for _, b, _ in shown)])
+    red = max([34, *(len(r) + 1 for _, _, r in shown)])
+    lines = [f"  {tr('recipe'):<26} {tr('per-microbatch backprop'):<{back}} "
+             f"{tr('reduction'):<{red}} {tr('claims')}"]
+    lines += [f"  {name:<26} {b:<{back}} {r:<{red}} {RECIPES[name].claims}"
+              for name, b, r in shown]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from course_lib.core.edition import DEFAULT, current, reword, tr
 from course_lib.reports import logs as rank_logs
 from course_lib.run.runfile import JobSpec
 
@@ -32,6 +33,113 @@ class LaunchError(RuntimeError):
         super().__init__(message)
         self.rank, self.step, self.job, self.audited = rank, step, job, audited
         self.log_tail, self.interrupted = log_tail, interrupted
+
+    @property
+    def said(self) -> str:
+        """The message with its first line in the learner's language
+        (``COURSE_EDITION``, ``said``); the message itself stays English:
+        the CLI, the checks' notes and the capstone's grade read it."""
+        first, *rest = str(self).split("\n", 1)
+        return "\n".join([said(first), *rest])
+
+
+# The first line of a LaunchError, as ``diagnose`` writes it: who failed,
+# in which job (the audited step and check), at which step, and either the
+# rank's error and the launch's reason, or the reason and each rank's step.
+_FIRST_LINE = re.compile(
+    r"(?P<who>ranks? [\d, ]+|the job) failed(?: in (?P<job>.+?))?"
+    r"(?: \(seen by (?P<seen>ranks? [\d, ]+)\))?(?: at step (?P<step>\d+))?: "
+    r"(?:(?P<error>\w+: .*) \[(?P<why>[^\[\]]*)\]|(?P<reason>.*?)"
+    r"(?: \((?P<steps>rank \d+ at step \w+(?:, rank \d+ at step \w+)*)\))?)", re.DOTALL)
+_JOB = re.compile(r"(?P<job>\S+) \((?:step (?P<step>[^,)]+))?(?:, )?"
+                  r"(?:check (?P<check>[^)]+))?\)")
+# Why a launch failed (launch.py, diagnose), one inside another.
+REASONS = (
+    "killed by {signal}; {why}",
+    "{why}; rank {rank}'s process was stopped (SIGSTOP), the others waited for it",
+    "{why} (a C++ abort: often collectives that differ between ranks)",
+    "torchrun exited with code {code}",
+    "timed out after {seconds} s",
+    "interrupted by the user",
+)
+# What rank/harness.py's StepDesyncError says (the run layer may not import it).
+DESYNC = ("rank {ranks} did not finish the step within {seconds} s: a hang, or a "
+          "collective that the other ranks skipped")
+
+
+def said(line: str) -> str:
+    """A LaunchError's first line (or a check's note that quotes one), as
+    English records keep it, in the learner's language: the frame through
+    ``tr``, the rank's error through its exception's messages. The line as
+    it is in English, or when diagnose did not write it."""
+    found = _FIRST_LINE.fullmatch(line)
+    if found is None or current() == DEFAULT:
+        return line
+    return _frame(found)
+
+
+def _failed(who: str) -> str:
+    """``rank 1 failed``, ``ranks 0, 1 failed`` or ``the job failed`` (the
+    verb agrees with its subject in French)."""
+    if who == "the job":
+        return tr("the job failed")
+    many, _, ranks = who.partition(" ")
+    return (tr("ranks {ranks} failed") if many == "ranks" else
+            tr("rank {ranks} failed")).format(ranks=ranks)
+
+
+def _frame(found: re.Match[str]) -> str:
+    text = _failed(found["who"])
+    if found["job"]:
+        text += tr(" in {job}").format(job=_job(found["job"]))
+    if found["seen"]:
+        many, _, ranks = found["seen"].partition(" ")
+        text += (tr(" (seen by ranks {ranks})") if many == "ranks" else
+                 tr(" (seen by rank {ranks})")).format(ranks=ranks)
+    if found["step"]:
+        text += tr(" at step {step}").format(step=found["step"])
+    if found["error"]:
+        return joined(text, _error(found["error"])) + f" [{_reason(found['why'])}]"
+    text = joined(text, _reason(found["reason"]))
+    if found["steps"]:
+        steps = [tr("rank {rank} at step {step}").format(rank=r, step=s) for r, s in
+                 re.findall(r"rank (\d+) at step (\w+)", found["steps"])]
+        text += f" ({', '.join(steps)})"
+    return text
+
+
+def _job(text: str) -> str:
+    """The failed job, with the audited step and check in the edition's words."""
+    found = _JOB.fullmatch(text)
+    if found is None:
+        return text
+    inner = [tr("step {step}").format(step=found["step"]) if found["step"] else "",
+             tr("check {check}").format(check=found["check"]) if found["check"] else ""]
+    return f"{found['job']} ({', '.join(p for p in inner if p)})"
+
+
+def _reason(text: str) -> str:
+    return reword(text, REASONS, _reason)
+
+
+def _error(text: str) -> str:
+    """A rank's error, ``Type: message``, its message in the edition's words."""
+    kind, _, message = text.partition(": ")
+    if kind == "EmptyWindowError":  # torch's modules, imported when a rank raised them
+        from course_lib.core.normalize import EmptyWindowError
+        message = EmptyWindowError(message).said
+    elif kind == "CheckpointError":
+        from course_lib.core.checkpoint import CheckpointError
+        message = CheckpointError(message).said
+    elif kind == "StepDesyncError":
+        message = reword(message, (DESYNC,))
+    return joined(kind, message)
+
+
+def joined(before: str, after: str) -> str:
+    """``before: after``, the colon as the edition sets it (French: after a
+    no-break space, never at the start of a line)."""
+    return tr("{before}: {after}").format(before=before, after=after)
 
 
 def run_dirs(out: Path, jobs: list[JobSpec]) -> list[Path]:

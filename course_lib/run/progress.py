@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+from course_lib.core.edition import reword, tr
+
 # Rank 0 prints this prefix followed by JSON; the launcher turns it into progress.
 PROGRESS_PREFIX = "@@progress "
 # POSIX keeps a pipe write of at most PIPE_BUF (>= 512) bytes in one piece.
@@ -66,6 +68,18 @@ def split_line(line: str) -> tuple[str, tuple[str, int, int, str] | None]:
     return text, (job, done, total, label)
 
 
+# The jobs' names as the learner reads them (``COURSE_EDITION``): the jobs
+# send them in English, and the wire and the replays keep them so.
+TASKS = ("world size {w}", "uneven microbatches", "capstone at W={w}",
+         "train {run} (updates {first}-{last})", "train {run}", "exercise", "recipes")
+RUNS = ("stop", "continuous", "resume", "reference")  # train.py's labels
+
+
+def task(job: str) -> str:
+    """A job's name in the learner's language (the names of code stay)."""
+    return reword(job, TASKS, lambda field: reword(field, RUNS))
+
+
 class Progress:
     def update(self, job: str, done: int, total: int, label: str = "") -> None:
         pass
@@ -84,9 +98,11 @@ class TextProgress(Progress):
     def update(self, job, done, total, label=""):
         if job != self.current:
             self.current = job
-            print(f"[{job}] started", file=self.stream, flush=True)
+            print(tr("[{job}] started").format(job=task(job)), file=self.stream, flush=True)
         if done >= total:
-            print(f"[{job}] {done}/{total} done", file=self.stream, flush=True)
+            print(tr("[{job}] {done}/{total} done").format(job=task(job), done=done,
+                                                          total=total),
+                  file=self.stream, flush=True)
 
 
 class TqdmProgress(Progress):
@@ -100,7 +116,7 @@ class TqdmProgress(Progress):
         if job != self.job or self.bar is None or self.bar.total != total:
             self.close()
             self.job = job
-            self.bar = tqdm(total=total, desc=job, leave=False, file=sys.stderr)
+            self.bar = tqdm(total=total, desc=task(job), leave=False, file=sys.stderr)
         self.bar.n = done
         self.bar.set_postfix_str(label, refresh=True)
 
@@ -116,13 +132,14 @@ class WidgetProgress(Progress):
         from IPython.display import display
 
         self.bar = w.IntProgress(value=0, min=0, max=1, bar_style="info")
-        self.text = w.Label("starting torchrun...")
+        self.text = w.Label(tr("starting torchrun..."))
         display(w.HBox([self.bar, self.text]))
 
     def update(self, job, done, total, label=""):
         self.bar.max = max(total, 1)
         self.bar.value = done
-        self.text.value = f"{job}: {done}/{total} {label}"
+        self.text.value = tr("{job}: {done}/{total} {label}").format(
+            job=task(job), done=done, total=total, label=label)
 
     def close(self):
         self.bar.bar_style = "success"

@@ -42,7 +42,7 @@ def with_setup(setup: Callable[[DDP, int], None]) -> Callable[[Step], Step]:
 class StepInfo:
     name: str
     func: Step
-    kind: str  # "correct" or "bug"
+    kind: str  # "correct" or "bug"; a learner's: "custom" (KINDS)
     description: str  # what the step does, in one line
     why: str  # why that is right or wrong, in one line
     takes_objective: bool = False  # func(model, microbatches, world_size, objective)
@@ -57,6 +57,9 @@ class StepInfo:
     @property
     def setup(self) -> Callable[[DDP, int], None] | None:
         return getattr(self.func, "setup", None)
+
+
+KINDS = ("correct", "bug", "custom")  # what an audit table says a step is
 
 
 def info(func: Callable[..., float | None], kind: str, description: str, why: str,

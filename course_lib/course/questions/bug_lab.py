@@ -45,19 +45,19 @@ def _padding(world_size: int) -> int:
     return sum(max(counts) - c for c in counts)
 
 
-def _padded_positions(world_size: int) -> int:
-    """05: N' of padding_counted on world_size_invariance's sequences at
-    ``world_size``: every label position of the padded microbatches."""
-    from course_lib.checks.world_size import sequences as world_size_sequences
-    from course_lib.core.data import collate
+def _padded_positions(layout: str) -> int:
+    """05: N' of padding_counted in one of accumulation_invariance's layouts
+    of the parity window (``1x16`` ...): every label position of the padded
+    microbatches."""
+    from course_lib.core.data import collate, parity_window
     from course_lib.course.api import corpus, load_config
-    from course_lib.rank.harness import world_size_layout
+    from course_lib.rank.harness import accumulation_layouts
 
     cfg = load_config()
     data = corpus(cfg)
-    layout = world_size_layout(world_size_sequences(cfg, data), world_size,
-                               cfg.train.batch_size_per_rank)
-    return sum(int(collate(data, mb)[1].numel()) for rank in layout for mb in rank)
+    window = parity_window(cfg, data, cfg.train.world_size)
+    return sum(int(collate(data, mb)[1].numel())
+               for rank in accumulation_layouts(window)[layout] for mb in rank)
 
 
 def _join_alone_scale() -> float:
@@ -219,25 +219,27 @@ QUESTIONS: dict[str, Question] = {
             "reference, and neither rank holds it.")),
     "bug_lab.5": Question(
         "padding_counted divides by N', every label position of the padded "
-        "microbatches, instead of N. Run the cell: it prints the microbatches "
-        "world_size_invariance forms at W = 1, 2 and 4. By what factor does "
-        "padding_counted's gradient change from W = 1 to W = 4 (its gradient at "
-        "W = 4 over its gradient at W = 1)? Derive it from those microbatches, "
-        "then check it with collate; why world_size_invariance passes or fails "
-        "it then follows, and is yours to explain.", "number",
-        lambda: _padded_positions(1) / _padded_positions(4),
+        "microbatches, instead of N. accumulation_invariance runs the parity "
+        "window as 1x16, 2x8, 4x4 and 16x1. By what factor does "
+        "padding_counted's gradient change from 1x16 to 16x1 (its gradient at "
+        "16x1 over its gradient at 1x16)? Say first what N' is at 16x1, without "
+        "a run; then count N' at 1x16 with collate. Why world_size_invariance, "
+        "which keeps the same four microbatches of 8 at every W, passes it is "
+        "then yours to explain.", "number",
+        lambda: _padded_positions("1x16") / _padded_positions("16x1"),
         "its gradient is the reference's times N / N', and the reference is the "
-        "same at every W (the same 32 sequences): compare N' at W = 1 and at "
-        "W = 4. collate pads every microbatch to its longest sequence",
+        "same in every layout (the same 32 sequences): compare N' in the two. "
+        "collate pads every microbatch to its longest sequence: what is there to "
+        "pad in a microbatch of one sequence?",
         rel_tol=1e-3,
         reasoning=(
-            "1: the 32 sequences come sorted by length, world_size_layout gives "
-            "each rank a contiguous slice and cuts it into microbatches of 8, so "
-            "every W forms the same four microbatches, padded to 34, 71, 113 and 128 "
-            "positions: N' = 8 x (33 + 70 + 112 + 127) = 2736 at W = 1, 2 and 4 alike "
-            "(N = 2445). The factor N / N' = 0.894 does not move, so the gradients "
-            "agree with each other, wrong alike, and world_size_invariance passes "
-            "(parity sees the factor). Regrouping (accumulation) or dealing the "
-            "sequences otherwise (permutation) changes the padding, so those checks "
-            "fail.")),
+            "1.297 (2960 / 2283): at 16x1 every microbatch holds one sequence, so "
+            "nothing is padded and N' = N = 2283, while at 1x16 each rank's 16 "
+            "sequences are padded to its longest, 63 and 124 tokens, so N' = 16 x "
+            "(62 + 123) = 2960, the gradient is N / N' = 0.771 times the reference's, "
+            "and accumulation_invariance fails. world_size_invariance keeps the same "
+            "four microbatches of 8 at W = 1, 2 and 4 (the sequences come sorted by "
+            "length, and each rank takes a contiguous slice), so N' = 2736 at every "
+            "W: its gradients agree, wrong alike (N / N' = 2445 / 2736 = 0.894), and "
+            "it passes; parity sees the factor.")),
 }

@@ -24,9 +24,9 @@ def _longest_sequence_weight(world_size: int = 2) -> float:
     return sum(counts) / (len(counts) * max(counts))
 
 
-def _hidden_by_float32() -> tuple[str, ...]:
-    """09, exercise 3: the checks that pass zloss_mean_per_microbatch in
-    float32 and fail it in float64, read from the learner's two audits
+def _zloss_audits() -> dict:
+    """09, exercise 3: each check's verdict on zloss_mean_per_microbatch in
+    float32 and in float64, read from the learner's two audits
     (``units/zloss-float32`` and ``units/zloss-float64`` of the run)."""
     from course_lib.jobs.audit import AuditReport
 
@@ -38,6 +38,13 @@ def _hidden_by_float32() -> tuple[str, ...]:
             raise FileNotFoundError(tr("run the chapter's job first: no {name}.json yet")
                                     .format(name=f"units/zloss-{dtype}/{name}"))
         found[dtype] = AuditReport.load(out, name).checks
+    return found
+
+
+def _hidden_by_float32() -> tuple[str, ...]:
+    """09, exercise 3 (b): the checks that fail zloss_mean_per_microbatch in
+    float64 and pass it in float32."""
+    found = _zloss_audits()
     return tuple(c for c, r in found["float64"].items()
                  if not r.passed and found["float32"][c].passed)
 
@@ -186,27 +193,29 @@ QUESTIONS: dict[str, Question] = {
             "learning rate 4 times too large for SGD.")),
     "choose_the_unit.3": Question(
         "zloss_mean_per_microbatch (this cell prints its source) at PaLM's "
-        "strength, zloss:0.0001: the next cell audits it with every check, in "
-        "float32 and in float64. Which checks pass it in float32 and fail it in "
-        "float64? Derive before you run: which checks see it in float64, where a "
-        "right rule leaves only rounding (ask whether a check's layouts change "
-        "which tokens share a microbatch, and so each microbatch's z mean), and "
-        "which of them can float32's tolerance hide (the z-loss section held the "
-        "wrong part against it for parity)? Then run both audits and compare.",
+        "strength, zloss:0.0001, audited with every check in float64 and in "
+        "float32. (a) Derive, before you run: which checks fail it in float64, "
+        "where a right rule leaves only rounding? Ask whether a check's layouts "
+        "change which tokens share a microbatch, and so each microbatch's z "
+        "mean. Write your list, then run the two audits: the float64 one checks "
+        "it. (b) Measured, not derived: of those checks, which pass it in "
+        "float32? The z-loss section held the wrong part against float32's "
+        "tolerance for parity alone, at 0.827 of it, and each check compares "
+        "its own gradients.",
         "choices", _hidden_by_float32,
-        "in float64 every check that puts the tokens into other microbatches "
-        "fails by orders of magnitude; in float32 the wrong part sits near the "
-        "tolerance: compare your two audits check by check",
+        "for (a), the wrong part weighs a token's z by 1 / (W M n_mb): which "
+        "checks change the tokens a microbatch holds? For (b), compare your two "
+        "audits check by check",
         options=check_names,
         reasoning=(
-            "In float64 the wrong term, about 1e-6 of the gradient, is a million "
+            "(a) In float64 the wrong term, about 1e-6 of the gradient, is a million "
             "times the tolerance (atol 1e-12): parity fails, and so does every check "
             "that puts the sequences into other microbatches (trajectory, "
             "accumulation_invariance, permutation_invariance, uneven_microbatches), "
             "since each microbatch's z mean moves with its tokens; "
             "world_size_invariance keeps the same microbatches over 1, 2 or 4 ranks "
-            "and no_sync checks a sync that is right: both pass. In float32 the same "
-            "wrong part sits near the tolerance (0.827 of it for parity in the "
+            "and no_sync checks a sync that is right: both pass. (b) In float32 the "
+            "same wrong part sits near the tolerance (0.827 of it for parity in the "
             "chapter's cell), so each check's own comparison decides: on the course's "
             "CPU run trajectory, whose five updates add up the error, and "
             "uneven_microbatches still fail, and the answer is parity, "

@@ -71,6 +71,31 @@ def _length_count_error() -> float:
     return len(ids) / (right + len(ids))
 
 
+# The untrained loss's options: contiguous bands, in nats per token, that
+# cover every value a loss can take.
+UNTRAINED_BANDS = ((1.5, "under 1.5 nats"), (3.0, "1.5 to 3 nats"),
+                   (4.5, "3 to 4.5 nats"), (float("inf"), "over 4.5 nats"))
+
+
+def _untrained_band() -> str:
+    """The band of the chapter's untrained loss: the model at its initial
+    weights, in eval mode, on rank 0's first microbatch of the 2-rank plan."""
+    import torch
+
+    from course_lib.core import model
+    from course_lib.core.data import IGNORE_INDEX, collate, make_plan
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config().with_world_size(2)
+    data = corpus(cfg)
+    inputs, labels = collate(data, make_plan(cfg, data, 2)[0][0][0])
+    with torch.no_grad():
+        logits = model.build_model(cfg).eval()(inputs)
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX).item()
+    return next(band for top, band in UNTRAINED_BANDS if loss < top)
+
+
 QUESTIONS: dict[str, Question] = {
     "data_and_plan.predict_ratio": Question(
         "Both ranks draw the same number of sequences per window, rank 0 from "
@@ -98,11 +123,11 @@ QUESTIONS: dict[str, Question] = {
     "data_and_plan.predict_untrained": Question(
         "The untrained model reads rank 0's microbatch. What is its loss, the "
         "mean cross-entropy over the supervised tokens, in nats per token?",
-        "choice", "3 to 4.5 nats",
+        "choice", _untrained_band,
         "its weights are small and random, so its 32 scores at a position are "
         "nearly equal: what does a guess spread evenly over 32 symbols pay "
         "for the right one?",
-        options=("under 1 nat", "1 to 2 nats", "3 to 4.5 nats", "over 10 nats"),
+        options=tuple(band for _, band in UNTRAINED_BANDS),
         reasoning=(
             "Small random weights give nearly equal scores, so the model spreads "
             "its probability almost evenly over the 32 symbols and pays about "
@@ -142,8 +167,9 @@ QUESTIONS: dict[str, Question] = {
         "positions: the loss sums stay, N grows by one per sequence, so a "
         "window's token mean, and its gradient, is scaled by N / (N + R), R the "
         "window's sequences. Now a config whose windows hold four times as many "
-        "sequences, from the same bands: by what fraction would a typical "
-        "window's gradient be too small (0.01 is 1%)? Derive it from the bands "
+        "sequences, from the same bands: does the window size matter? By what "
+        "fraction would a typical window's gradient be too small (0.01 is "
+        "1%)? Derive it from the bands "
         "(within 10% counts), then check it against the plan's totals.",
         "number", _length_count_error,
         "write N as R times the mean number of targets per sequence, m: what "

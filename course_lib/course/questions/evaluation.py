@@ -85,6 +85,36 @@ def _repeats_kept_loss(world_size: int) -> float:
 
 
 @cache
+def _tail_dropped_loss(world_size: int) -> float:
+    """07: the test loss per token of the chapters' step-100 model on
+    ``world_size`` ranks, each scoring what DistributedSampler(drop_last=True)
+    hands it, the ranks' [loss sum, tokens, correct] added."""
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    from course_lib.core import checkpoint
+    from course_lib.core.evaluate import score
+    from course_lib.core.model import build_model
+    from course_lib.course.api import corpus, load_config
+
+    cfg = load_config()
+    data = corpus(cfg)
+    final = checkpoint.step_dir(paths.default_out("course"), cfg.train.updates)
+    if not final.is_dir():
+        raise FileNotFoundError(tr("run chapter 06 first: no training log yet"))
+    model = build_model(cfg)
+    model.load_state_dict(checkpoint.load_params(final))
+    test = data.splits["test"]
+    total = torch.zeros(3, dtype=torch.float64)
+    for rank in range(world_size):
+        positions: DistributedSampler[int] = DistributedSampler(
+            range(len(test)), num_replicas=world_size, rank=rank,  # type: ignore[arg-type]
+            shuffle=False, drop_last=True)
+        total += score(model, data, [test[p] for p in positions]).totals()
+    return float(total[0] / total[1])
+
+
+@cache
 def _test_targets(count: int) -> int:
     """07: the next-token targets of the first ``count`` test sequences."""
     from course_lib.course.api import corpus, load_config
@@ -180,24 +210,25 @@ QUESTIONS: dict[str, Question] = {
             "gives each window the same weight whatever its N, and the early windows "
             "differ enough in loss and size that it misses by about 0.6%.")),
     "evaluation.2": Question(
-        "Do the evaluation job's sum yourself, on 5 ranks, in this process: "
-        "for each rank r, score the test sequences at the positions "
-        "DistributedSampler(range(256), num_replicas=5, rank=r, shuffle=False) "
-        "hands it, with course_lib.evaluation_job.score, and add the five "
-        "ranks' scores.totals() (the [loss sum, token count, right predictions] "
-        "that one all_reduce adds up), the sampler's repeats kept. What loss "
-        "per token do the sums give?", "number", lambda: _repeats_kept_loss(5),
-        "which positions does the sampler repeat on 5 ranks? Drop them and you "
-        "should get the one-process value back; keep them and they count twice",
+        "DistributedSampler(drop_last=True) drops the tail of the list instead "
+        "of repeating its head. Score the test split on 6 ranks that way, in "
+        "this process: for each rank r, score the test sequences at the "
+        "positions DistributedSampler(range(256), num_replicas=6, rank=r, "
+        "shuffle=False, drop_last=True) hands it, with "
+        "course_lib.evaluation_job.score, and add the six ranks' "
+        "scores.totals() (the [loss sum, token count, right predictions] that "
+        "one all_reduce adds up). What loss per token do the sums give?",
+        "number", lambda: _tail_dropped_loss(6),
+        "how many positions does each rank get once the list is cut to a "
+        "multiple of 6, and which test sequences does no rank score?",
         rel_tol=1e-4,
         reasoning=(
-            "On 5 ranks the sampler pads 256 positions to 260 with positions 0 to "
-            "3, so the sums with the repeats count those four sequences twice: "
-            "27,778.78 nats over 17,254 tokens, 1.6100 per token, against the "
-            "one-process 1.6076. Left out (the positions past 255, or "
-            "scores.totals(~repeat) with shard's flags), the five ranks' totals "
-            "add up to the one-process sums, loss and right predictions alike, to "
-            "float64 round-off: a sum does not care how the sequences were split.")),
+            "drop_last=True cuts the 256 positions to 6 x 42 = 252, so positions 252 "
+            "to 255, the last four test sequences, are scored by no rank: the sums "
+            "give 1.6091 per token, against the one-process 1.6076, 0.16 standard "
+            "errors off. Dropping sequences biases the test loss as repeating them "
+            "does, and the miss comes back on every run; shares ids[rank::W], as the "
+            "chapter's recipe takes, score every sequence once, whatever W.")),
     "evaluation.3": Question(
         "Lightning's on_epoch sync with batch_size=<tokens> logs "
         "S / (W floor(N / W)), the token mean S / N times N / (W floor(N / W)). "
