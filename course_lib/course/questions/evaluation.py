@@ -57,40 +57,11 @@ def _logged_token_mean(first: int, last: int) -> float:
     return sum(r["local_loss_sum"] for r in lines) / sum(r["local_tokens"] for r in lines)
 
 
-@cache
-def _repeats_kept_loss(world_size: int) -> float:
+def _loss_per_token(world_size: int, positions_of) -> float:
     """07: the test loss per token of the chapters' step-100 model on
-    ``world_size`` ranks, the ranks' [loss sum, tokens, correct] added with
-    DistributedSampler's repeats kept."""
+    ``world_size`` ranks, each scoring the test positions ``positions_of(n,
+    world_size, rank)`` hands it, the ranks' [loss sum, tokens, correct] added."""
     import torch
-
-    from course_lib.core import checkpoint
-    from course_lib.core.evaluate import score, shard
-    from course_lib.core.model import build_model
-    from course_lib.course.api import corpus, load_config
-
-    cfg = load_config()
-    data = corpus(cfg)
-    final = checkpoint.step_dir(paths.default_out("course"), cfg.train.updates)
-    if not final.is_dir():
-        raise FileNotFoundError(tr("run chapter 06 first: no training log yet"))
-    model = build_model(cfg)
-    model.load_state_dict(checkpoint.load_params(final))
-    test = data.splits["test"]
-    total = torch.zeros(3, dtype=torch.float64)
-    for rank in range(world_size):
-        positions, _ = shard(len(test), world_size, rank)
-        total += score(model, data, [test[p] for p in positions]).totals()
-    return float(total[0] / total[1])
-
-
-@cache
-def _tail_dropped_loss(world_size: int) -> float:
-    """07: the test loss per token of the chapters' step-100 model on
-    ``world_size`` ranks, each scoring what DistributedSampler(drop_last=True)
-    hands it, the ranks' [loss sum, tokens, correct] added."""
-    import torch
-    from torch.utils.data import DistributedSampler
 
     from course_lib.core import checkpoint
     from course_lib.core.evaluate import score
@@ -107,11 +78,27 @@ def _tail_dropped_loss(world_size: int) -> float:
     test = data.splits["test"]
     total = torch.zeros(3, dtype=torch.float64)
     for rank in range(world_size):
-        positions: DistributedSampler[int] = DistributedSampler(
-            range(len(test)), num_replicas=world_size, rank=rank,  # type: ignore[arg-type]
-            shuffle=False, drop_last=True)
+        positions = positions_of(len(test), world_size, rank)
         total += score(model, data, [test[p] for p in positions]).totals()
     return float(total[0] / total[1])
+
+
+@cache
+def _repeats_kept_loss(world_size: int) -> float:
+    """07: the loss per token with DistributedSampler's repeats kept."""
+    from course_lib.core.evaluate import shard
+
+    return _loss_per_token(world_size, lambda n, w, r: shard(n, w, r)[0])
+
+
+@cache
+def _tail_dropped_loss(world_size: int) -> float:
+    """07: the loss per token with DistributedSampler(drop_last=True): the
+    tail that does not divide by the ranks is dropped."""
+    from torch.utils.data import DistributedSampler
+
+    return _loss_per_token(world_size, lambda n, w, r: list(DistributedSampler(
+        range(n), num_replicas=w, rank=r, shuffle=False, drop_last=True)))  # type: ignore[arg-type]
 
 
 @cache
