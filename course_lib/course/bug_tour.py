@@ -137,7 +137,9 @@ class Tour:
     def layouts(self, name: str, check: str) -> None:
         """Each layout's max |err| against the check's first layout."""
         c = AuditReport.load(self.out, f"audit-{name}").checks[check]
-        shown = ", ".join(  # exactly 0: the first layout against itself
+        # French writes 4,32e-02: its list takes « ; »
+        shown = (typography.NNBSP + "; " if edition.current() == "fr" else ", ").join(
+            # exactly 0: the first layout against itself
             f"{_layout(k)}{tr(': ')}{'0' if e == 0 else err_bound(e).removeprefix('= ')}"
             for k, e in c.errors.items())
         verdict = tr("PASS") if c.passed else tr("FAIL")

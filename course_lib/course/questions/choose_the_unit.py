@@ -241,17 +241,20 @@ QUESTIONS: dict[str, Question] = {
             "parity. (Wider rows do not help: a width of 256 gives 8.64, and the "
             "audit refuses it, since the model has 128 positions.)")),
     "choose_the_unit.5": Question(
-        "Three jobs. (a) Supervised fine-tuning with the prompts masked, one "
-        "question and its answer per row, answers of 5 to 400 tokens, each answer "
-        "counting once, whatever its length. (b) Supervised fine-tuning on "
-        "multi-turn chats, one chat per row, the user's turns masked, each "
+        "Three jobs. (a) Fine-tuning on sampled answers with a per-token reward "
+        "mask: the tokens a checker rejects are masked out of the labels, and a "
+        "kept token of answer s must weigh 1 / (A k_s), where A counts the "
+        "window's answers with a kept token and k_s is answer s's kept tokens. "
+        "(b) Supervised fine-tuning on multi-turn chats, one chat per row, the "
+        "user's turns masked, each "
         "assistant turn counting once. (c) A classifier whose rare label is one "
         "example in 50, the two labels weighing the same in total: the rare "
         "label's class weight over the common one's? Which unit fits each job, in "
         "the order a / b / c, and what does every rank all-reduce before its "
         "backward (in brackets)?", "choice",
         "sequence (K) / document (the turns) / weighted, 49 (Σ w)",
-        "for each job ask what must count once and whether a row is still one "
+        "for (a), match 1 / (A k_s) with a token's weight under each unit of the "
+        "chapter; for (b), ask what must count once and whether a row is still one "
         "example; for (c), write each label's total weight over 50 examples and "
         "set the two equal",
         options=("sequence (K) / document (the turns) / weighted, 49 (Σ w)",
@@ -260,10 +263,13 @@ QUESTIONS: dict[str, Question] = {
                  "sequence (nothing) / document (the turns) / weighted, 49 (nothing)",
                  "sequence (K) / document (the turns) / weighted, 50 (Σ w)"),
         reasoning=(
-            "(a) The sequence mean: masking the prompt changes which tokens are "
-            "supervised, not the unit, so each answer gets one share and the ranks "
-            "all-reduce K, the answers; (b) the document objective without packing: "
-            "each assistant turn is a run of supervised labels between masked ones, "
+            "(a) The sequence mean: 1 / (A k_s) is its 1 / (K n_s) once the mask has "
+            "removed the rejected tokens, for the mask changes which tokens are "
+            "supervised, not the unit: each answer gets one share, an answer with no "
+            "kept token drops out of K, and the ranks all-reduce K, the answers (the "
+            "token mean would give every kept token 1 / N); (b) the document "
+            "objective without packing: each assistant turn is a run of supervised "
+            "labels between masked ones, "
             "so the ranks all-reduce the turns found in the labels, where the "
             "sequence rule would weigh a turn by its part of its chat. (c) Over 50 "
             "examples the rare label totals w_rare × 1 and the common one "
