@@ -12,7 +12,6 @@ from pathlib import Path
 
 from course_lib.checks.base import said
 from course_lib.checks.world_size import sequences as world_size_sequences
-from course_lib.core import edition, typography
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus
 from course_lib.core.edition import tr
@@ -32,8 +31,6 @@ FAMILIES = {  # the catalog's bugs, by what each does to the gradient
     "the right arithmetic, the wrong communication": [
         "no_sync_backward_only", "join_every_microbatch"],
 }
-
-
 
 # The course's rule in the catalog's own helpers (BUILTIN["global_token"]
 # calls accumulate_window, which does the same): once through backprop_sums,
@@ -68,12 +65,11 @@ def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
 
     def per_rank(layout: harness.Layout) -> str:
         rank_of = tr("rank {rank}: {tokens}")
-        shown = "; ".join(
+        return "; ".join(
             rank_of.format(rank=r, tokens=[tokens(mb) for mb in rank]) if len(rank) <= 4
             else rank_of.format(rank=r, tokens=tr("{count} x 1, {total}").format(
                 count=len(rank), total=sum(map(tokens, rank))))
             for r, rank in enumerate(layout))
-        return typography.french(shown) if edition.current() == "fr" else shown
 
     print(tr("accumulation_invariance: the parity window, A microbatches x B seqs"))
     for name, layout in harness.accumulation_layouts(window).items():
@@ -137,9 +133,8 @@ class Tour:
     def layouts(self, name: str, check: str) -> None:
         """Each layout's max |err| against the check's first layout."""
         c = AuditReport.load(self.out, f"audit-{name}").checks[check]
-        # French writes 4,32e-02: its list takes « ; »
-        shown = (typography.NNBSP + "; " if edition.current() == "fr" else ", ").join(
-            # exactly 0: the first layout against itself
+        # French writes 4,32e-02: its list takes « ; » (the catalog's ", ")
+        shown = tr(", ").join(  # exactly 0: the first layout against itself
             f"{_layout(k)}{tr(': ')}{'0' if e == 0 else err_bound(e).removeprefix('= ')}"
             for k, e in c.errors.items())
         verdict = tr("PASS") if c.passed else tr("FAIL")

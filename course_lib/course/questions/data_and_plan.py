@@ -83,7 +83,7 @@ def _untrained_band() -> str:
     import torch
 
     from course_lib.core import model
-    from course_lib.core.data import IGNORE_INDEX, collate, make_plan
+    from course_lib.core.data import collate, make_plan
     from course_lib.course.api import corpus, load_config
 
     cfg = load_config().with_world_size(2)
@@ -91,8 +91,7 @@ def _untrained_band() -> str:
     inputs, labels = collate(data, make_plan(cfg, data, 2)[0][0][0])
     with torch.no_grad():
         logits = model.build_model(cfg).eval()(inputs)
-        loss = torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX).item()
+        loss = float(model.loss_sum(logits, labels) / model.count_tokens(labels))
     return next(band for top, band in UNTRAINED_BANDS if loss < top)
 
 
