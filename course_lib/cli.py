@@ -23,6 +23,7 @@ from course_lib.core.verdicts import Verdict
 from course_lib.course import api
 from course_lib.frameworks import UnknownFramework
 from course_lib.frameworks import options as fw_options
+from course_lib.frameworks import sketch as fw_sketch
 from course_lib.frameworks.models import UnknownModel
 from course_lib.jobs import audit as audits
 from course_lib.jobs import capstone
@@ -173,6 +174,11 @@ def cmd_parity(args: argparse.Namespace) -> int:
 OBJECTIVE_HELP = ("the unit the reference averages over: " + ", ".join(
     f"{n}:{objectives.VALUED[n][1]}" if n in objectives.VALUED else n
     for n in objectives.NAMES) + f" (default {objectives.DEFAULT})")
+EXACT_COMPARE_HELP = (
+    "compare the gradients whole, however large: by default, gradients of more than "
+    f"{fw_sketch.WHOLE_UP_TO:,} components are compared through a sketch of "
+    f"{fw_sketch.ROWS * fw_sketch.COLS:,} numbers each, which misses an error 10 times "
+    f"the tolerance with a probability of at most {fw_sketch.miss_bound(10, 1):.1e}")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -187,6 +193,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return _audit_trainer(args, cfg, out)
     if args.uses is not None:
         raise BadInput("audit: --with applies to --trainer, not to --step")
+    if args.exact_compare:
+        raise BadInput("audit: --exact-compare applies to --trainer: a --step's "
+                       "gradients are always compared whole")
     names = audits.parse_checks(args.checks)
     found = audits.audit(cfg, out, [args.step], names, dtype=args.dtype,
                          objective=args.objective, **_launch_kw(args))
@@ -202,7 +211,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def _audit_trainer(args: argparse.Namespace, cfg: Config, out: Path) -> int:
     uses = fw_options.parse(args.uses, ["trainer"])
     found = fw_job.audit_trainer(cfg, out, args.trainer, args.model or "llama", uses,
-                                 **_launch_kw(args))
+                                 compare=_compare(args), **_launch_kw(args))
     print(fw_job.describe(found))
     print(f"report: {report_path(out, fw_job.trainer_report_name(args.trainer))}")
     for row in found.rows:
@@ -213,6 +222,10 @@ def _audit_trainer(args: argparse.Namespace, cfg: Config, out: Path) -> int:
             raise CheckFailed(f"{args.trainer}{_with(row.uses)}: {row.verdict}, "
                               f"nearest formula: {row.matches or row.reason}")
     return 0
+
+
+def _compare(args: argparse.Namespace) -> str:
+    return "exact" if args.exact_compare else "auto"
 
 
 def _with(uses: dict[str, Any]) -> str:
@@ -265,7 +278,7 @@ def cmd_frameworks(args: argparse.Namespace) -> int:
     model_types = fw_job.parse_names(args.model, fw_job.DEFAULT_MODELS, "model")
     uses = fw_options.parse(args.uses, names)
     report = fw_job.audit_frameworks(cfg, out, names, model_types, uses=uses,
-                                     **_launch_kw(args))
+                                     compare=_compare(args), **_launch_kw(args))
     print(fw_job.describe(report))
     print(f"report: {report_path(out, fw_job.FrameworksReport.NAME)}")
     failed = sorted({f"{r.framework}{_with(r.uses)}: {r.reason}" for r in report.rows
@@ -494,6 +507,8 @@ def build_parser() -> Parser:
                    help="default: all of " + ", ".join(checks.NAMES))
     p.add_argument("--dtype", default=None, choices=["float32", "float64"])
     p.add_argument("--objective", default=None, metavar="UNIT", help=OBJECTIVE_HELP)
+    p.add_argument("--exact-compare", action="store_true",
+                   help="with --trainer: " + EXACT_COMPARE_HELP)
     p = add("capstone", cmd_capstone, "grade a training script (examples/capstone/"
             "train.py): its step, its resume, its evaluation -> reports/capstone.json", True)
     p.add_argument("action", choices=["check"], help="check: grade FILE")
@@ -519,6 +534,7 @@ def build_parser() -> Parser:
                        # argparse formats help with %: a summary's own % is text
                        f"{n} ({o.summary})".replace("%", "%%")
                        for n, o in fw_options.OPTIONS.items()))
+    p.add_argument("--exact-compare", action="store_true", help=EXACT_COMPARE_HELP)
     p = add("run-all", cmd_run_all, "the whole protocol, then the summary", True)
     p.add_argument("--exercise-config", default="configs/exercise.yaml")
     return parser

@@ -11,6 +11,7 @@ from course_lib.frameworks import ADAPTERS, candidates, installed
 from course_lib.jobs.frameworks import (
     DEFAULT_FRAMEWORKS,
     FrameworksReport,
+    audit_frameworks,
     predicted,
 )
 from course_lib.reports.store import report_path
@@ -75,6 +76,39 @@ def test_each_verdict_is_the_one_the_table_predicts(audited):
         assert want is None or r.matches == want, (
             f"{r.framework} {r.version} {r.model} {r.flags}: the run matches "
             f"{r.matches!r}, the table says {want!r}: the run wins, fix the table")
+
+
+def test_the_sketch_judges_every_row_as_the_whole_comparison(audited, tmp_path):
+    """The HF rows again, their gradients compared through the sketch that a
+    large model's audit uses (frameworks/sketch.py), on both ranks' own
+    microbatches: the same verdicts and formulas as the whole comparison."""
+    from course_lib.course.api import load_config
+    from course_lib.frameworks import sketch
+
+    out, _ = audited
+    whole = {(r.model, str(r.flags)): r for r in FrameworksReport.load(out).rows
+             if r.framework == "hf"}
+    seen = audit_frameworks(load_config(), tmp_path, ["hf"], ["gpt2", "llama"],
+                            compare="sketch").rows
+    assert {(r.model, str(r.flags)) for r in seen} == set(whole) and len(seen) == 4
+    for r in seen:
+        w = whole[r.model, str(r.flags)]
+        assert w.sketch is None and r.sketch == sketch.ROWS * sketch.COLS
+        assert (r.verdict, r.matches) == (w.verdict, w.matches), (r.model, r.flags)
+        assert [x.rank for x in r.ranks] == [0, 1]
+        assert r.residual < TOLERANCE.exact["float32"]
+        if w.factor is not None:
+            assert abs(r.factor - w.factor) < 1e-4 * w.factor
+        if w.relative_error > 1e-3:
+            assert abs(r.relative_error - w.relative_error) < 0.5 * w.relative_error
+
+
+def test_exact_compare_is_for_a_trainer_not_a_step():
+    proc = course_lib_cli("audit", "--step", "global_token", "--exact-compare")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "--exact-compare applies to --trainer: a --step's gradients are always "
+        "compared whole")
 
 
 def test_an_unknown_framework_or_model_is_one_line(tmp_path):

@@ -13,12 +13,15 @@ from course_lib.core.normalize import EmptyWindowError, Microbatch, window_count
 from course_lib.core.objectives import Objective, window_loss
 
 
+def grad_parts(model: nn.Module) -> list[torch.Tensor]:
+    """Each parameter's gradient, flat, in parameter order (zeros for none)."""
+    return [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
+            for p in model.parameters()]
+
+
 def flat_grad(model: nn.Module) -> torch.Tensor:
     """All gradient components, concatenated in parameter order (FP32 or wider)."""
-    return torch.cat([
-        (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
-        for p in model.parameters()
-    ])
+    return torch.cat(grad_parts(model))
 
 
 def window_tokens(microbatches: Sequence[Microbatch]) -> int:

@@ -71,11 +71,14 @@ class FrameworkRow:
     stack: dict[str, str] = field(default_factory=dict)  # the frameworks installed
     notes: list[str] = field(default_factory=list)  # e.g. a learner's clipping
     seconds: dict[str, float] = field(default_factory=dict)  # with timing: alone, audited
-    peak_rss_mb: float | None = None  # with timing: rank 0's peak memory
+    peak_rss_mb: float | None = None  # with timing: the largest rank's peak memory (MiB)
     factor: float | None = None  # the measured scale, when uniformly scaled
     matches: str | None = None  # the nearest candidate formula
     residual: float | None = None  # its relative residual
     relative_error: float | None = None  # rank 0's ||g - g*|| / ||g*||
+    # k when the gradients were compared through a sketch (frameworks/sketch.py):
+    # the errors above are then its estimates; None: compared whole
+    sketch: int | None = None
     counts: WindowCounts | None = None
     ranks: list[RankResult] = field(default_factory=list)
 

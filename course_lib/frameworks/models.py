@@ -21,10 +21,12 @@ SIZES: dict[str, int] = {
     "n_positions": 64, "max_position_embeddings": 64, "n_ctx": 64,
     "head_dim": 16,
 }
-# GPT-2 small (124M parameters), for the scale benchmark.
+# GPT-2 small (124M parameters) and medium (355M), for the scale benchmark.
 GPT2_SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
               "n_ctx": 1024}
-SIZE_PRESETS: dict[str, dict[str, int] | None] = {"tiny": None, "gpt2-small": GPT2_SMALL}
+GPT2_MEDIUM = {**GPT2_SMALL, "n_layer": 24, "n_embd": 1024, "n_head": 16}
+SIZE_PRESETS: dict[str, dict[str, int] | None] = {
+    "tiny": None, "gpt2-small": GPT2_SMALL, "gpt2-medium": GPT2_MEDIUM}
 
 
 class UnknownModel(ValueError):

@@ -3,11 +3,13 @@ from the initial weights, and the reference g* = sum_{r,m} g_{r,m} / N."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import torch
 import torch.nn.functional as F
 
 from course_lib.core.data import IGNORE_INDEX
-from course_lib.core.reference import flat_grad
+from course_lib.core.reference import grad_parts
 from course_lib.frameworks.window import Microbatch, Window
 
 
@@ -26,15 +28,19 @@ def summed_loss(model: torch.nn.Module, mb: Microbatch) -> torch.Tensor:
                            reduction="sum")
 
 
+def each_grad(model: torch.nn.Module, microbatches: Sequence[Microbatch]
+              ) -> Iterator[list[torch.Tensor]]:
+    """g_m = ∇ S_m for each microbatch in turn, as its parameters' parts:
+    one at a time, never concatenated, so that a caller that reduces each
+    (a sketch) neither holds them all nor copies them."""
+    for mb in microbatches:
+        model.zero_grad(set_to_none=True)
+        summed_loss(model, mb).backward()
+        yield grad_parts(model)
+    model.zero_grad(set_to_none=True)
+
+
 def microbatch_grads(model: torch.nn.Module, window: Window) -> list[list[torch.Tensor]]:
     """g_{r,m} = ∇ S_{r,m} for every rank's every microbatch (CPU, float32)."""
-    grads = []
-    for rank in window:
-        row = []
-        for mb in rank:
-            model.zero_grad(set_to_none=True)
-            summed_loss(model, mb).backward()
-            row.append(flat_grad(model).detach().float().cpu())
-        grads.append(row)
-    model.zero_grad(set_to_none=True)
-    return grads
+    return [[torch.cat(parts).float().cpu() for parts in each_grad(model, rank)]
+            for rank in window]

@@ -3,17 +3,20 @@
 One launch runs every configuration (framework x model x flags) in turn.
 Every rank builds the same window and the same initial model, hands both to
 the framework's own loop (``course_lib.frameworks``), and keeps the
-gradient the framework holds just before its first optimizer step. Rank 0
-then computes, from the initial weights and the microbatches each rank was
+gradient the framework holds just before its first optimizer step. Each
+rank then computes, from the initial weights and the microbatches it was
 really fed, every microbatch's summed-loss gradient; the reference is the
 global token mean, and the candidate formulas say which objective the
-framework trained instead.
+framework trained instead. All of it is judged from inner products: of the
+whole gradients, or, above ``sketch.WHOLE_UP_TO`` components, of their
+sketches (``frameworks/sketch.py``; ``--exact-compare`` keeps them whole).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import resource
 import shutil
 import tempfile
@@ -29,7 +32,7 @@ from course_lib import frameworks
 from course_lib.core import edition
 from course_lib.core.edition import tr
 from course_lib.core.verdicts import NOT_FINITE, TOLERANCE, Verdict
-from course_lib.frameworks import candidates, models, options
+from course_lib.frameworks import candidates, models, options, sketch
 from course_lib.frameworks import reference as fw_reference
 from course_lib.frameworks import window as fw_window
 from course_lib.frameworks.evidence import (
@@ -66,8 +69,12 @@ class FrameworksJob(JobSpec):
     length: int = 24
     seed: int = 1234
     report: str = "frameworks"  # the report's file name
-    sizes: str = "tiny"  # models.SIZE_PRESETS: "tiny", or "gpt2-small" (124M)
+    sizes: str = "tiny"  # models.SIZE_PRESETS: "tiny", "gpt2-small" (124M), "gpt2-medium"
     timing: bool = False  # also time each configuration alone (the benchmark)
+    # How the gradients are compared: "auto" (whole up to sketch.WHOLE_UP_TO
+    # components, else through a sketch), "exact" (whole: --exact-compare)
+    # or "sketch".
+    compare: str = "auto"
     # Only build each configuration, and keep the rows of the ones refused
     # as bad input (audit_trainer's check of a learner's function).
     build_only: bool = False
@@ -294,10 +301,29 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
     dist.all_gather_object(seen, captured.seen)
     fed = [list(s) if s else rank for s, rank in zip(seen, window, strict=True)]
     finite: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(finite, bool(torch.isfinite(captured.grad).all()))
+    # Its smallest and largest components (NaN propagates): one pass and no
+    # mask of D booleans, which costs a large model half a second.
+    dist.all_gather_object(finite, bool(torch.stack(torch.aminmax(captured.grad))
+                                        .isfinite().all()))
     version, counts = frameworks.installed(adapter.package), fw_window.counts(fed)
     w = ctx.world_size
-    if len({len(f) for f in fed}) == 1:
+    through = sketch.chosen(spec.compare, captured.grad.numel())
+    if through is not None:
+        # Each rank sketches its own microbatch gradients and its captured
+        # one; k numbers per vector cross the process group, not D.
+        sketched = torch.stack([*map(through.of_parts,
+                                     fw_reference.each_grad(initial, fed[ctx.rank])),
+                                through.of_parts([captured.grad])])
+        sketches: list[Any] = [None] * w
+        dist.all_gather_object(sketches, sketched)
+        if ctx.rank != 0:
+            return None
+        ends = list(itertools.accumulate(len(s) for s in sketches))
+        grads = [e - 1 for e in ends]
+        micro = [i for i in range(ends[-1]) if i not in grads]
+        stacked = torch.cat(sketches)
+        everything = stacked @ stacked.T
+    elif len({len(f) for f in fed}) == 1:
         # Each rank takes the summed-loss gradient of its own microbatches,
         # from the initial weights, as it ran them in the framework; the
         # ranks share the inner products (a block of them each).
@@ -319,8 +345,9 @@ def _audit_one(ctx: RankContext, conf: Configuration, spec: FrameworksJob,
     g0 = grads[0]
     apart = [max(float(everything[c, c] - 2 * everything[c, g0] + everything[g0, g0]), 0.0)
              ** 0.5 for c in grads]
-    return _row(conf, version, counts, seen_from, finite, apart, captured.precision,
-                [*options.notes(conf.uses, initial), *captured.notes])
+    row = _row(conf, version, counts, seen_from, finite, apart, captured.precision,
+               [*options.notes(conf.uses, initial), *captured.notes])
+    return row if through is None else dataclasses.replace(row, sketch=through.size)
 
 
 def _timed(run: Any, *args: Any) -> tuple[Any, float]:
@@ -369,16 +396,22 @@ def run_rank(ctx: RankContext, spec: FrameworksJob) -> None:
         if spec.timing:  # alone first: the audited run then finds the same warm caches
             if conf.framework not in warm:
                 # Untimed: a framework's first window pays its lazy imports,
-                # and an "alone" of 20 s against 2 s audited is no ratio.
+                # and an "alone" of 20 s against 2 s audited is no ratio; the
+                # first audit, its first reference pass (the budget is warm).
                 warm.add(conf.framework)
                 with frameworks.isolated():
                     _alone(ctx, conf, spec, window)
+                with frameworks.isolated():
+                    _audit_one(ctx, conf, spec, window)
             with frameworks.isolated():
                 _, seconds["alone"] = _timed(_alone, ctx, conf, spec, window)
         with frameworks.isolated():
             row, seconds["audited"] = _timed(_audit_one, ctx, conf, spec, window)
+        peaks: list[Any] = [None] * ctx.world_size
+        if spec.timing:
+            dist.all_gather_object(peaks, _peak_mb())
         if row is not None:
-            rows.append(dataclasses.replace(row, seconds=seconds, peak_rss_mb=_peak_mb())
+            rows.append(dataclasses.replace(row, seconds=seconds, peak_rss_mb=max(peaks))
                         if spec.timing else row)
         ctx.progress("frameworks", i + 1, len(confs))
     ctx.state.audited = None
@@ -406,7 +439,8 @@ def trainer_report_name(spec: str) -> str:
 
 
 def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
-                  uses: list[str] | None = None, **kw: Any) -> FrameworksReport:
+                  uses: list[str] | None = None, compare: str = "auto",
+                  **kw: Any) -> FrameworksReport:
     """A learner's ``make_trainer(model, dataset)``, on the skewed window:
     ``reports/audit-trainer-<function>.json``. Bad input (no file, no
     function, no Trainer) is StepSpecError, before the audit's launch: the
@@ -430,7 +464,7 @@ def audit_trainer(cfg: Any, out: Path, spec: str, model_type: str = "llama",
     report_name = trainer_report_name(spec)
     confs = [Configuration("trainer", model_type, {"spec": spec}, {name: dict(state)})
              for name in uses or () for state in options.OPTIONS[name].states] or [conf]
-    launch(cfg, out, [FrameworksJob(confs, report=report_name)], **kw)
+    launch(cfg, out, [FrameworksJob(confs, report=report_name, compare=compare)], **kw)
     return FrameworksReport.load(out, report_name)
 
 
@@ -587,9 +621,10 @@ def window_counts(cfg: Any, world_size: int, length: int = 24,
 
 def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[str],
                      *, sizes: str = "tiny", length: int = 24, timing: bool = False,
-                     uses: list[str] | None = None, **kw: Any) -> FrameworksReport:
+                     uses: list[str] | None = None, compare: str = "auto",
+                     **kw: Any) -> FrameworksReport:
     """Audit whatever is installed; a framework that is not is ``not run``.
-    ``sizes``, ``length``, ``timing``: see FrameworksJob (the benchmarks);
+    ``sizes``, ``length``, ``timing``, ``compare``: see FrameworksJob;
     ``uses``: the --with configurations (``frameworks/options.py``)."""
     confs, refused = configurations(names, model_types, uses)
     missing = {}
@@ -599,8 +634,8 @@ def audit_frameworks(cfg: Any, out: Path, names: list[str], model_types: list[st
             missing[name] = f"{package} is not installed: pip install {package}"
     todo = [c for c in confs if c.framework not in missing]
     if todo:
-        launch(cfg, out, [FrameworksJob(todo, length=length, sizes=sizes, timing=timing)],
-               **kw)
+        launch(cfg, out, [FrameworksJob(todo, length=length, sizes=sizes, timing=timing,
+                                        compare=compare)], **kw)
         report = FrameworksReport.load(out)
     else:
         p = resolve(kw.get("backend", "auto"),
