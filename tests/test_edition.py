@@ -46,9 +46,11 @@ def vocabularies() -> set[str]:
     from course_lib.core.verdicts import EmptyOutcome, Verdict
     from course_lib.course.bug_tour import FAMILIES
     from course_lib.course.style import LABELS
+    from course_lib.frameworks import options as fw_options
     from course_lib.frameworks import source
     from course_lib.frameworks.candidates import CANDIDATES
     from course_lib.frameworks.evidence import CONFIGURATION_HEAD
+    from course_lib.jobs import recipes as recipe_jobs
     from course_lib.jobs.capstone import PROPERTIES
     from course_lib.jobs.frameworks_logging import VERDICTS
     from course_lib.jobs.trl_grpo import LEGEND
@@ -62,7 +64,8 @@ def vocabularies() -> set[str]:
     exercise = load(paths.config_path("exercise")).exercise
     assert exercise is not None
     reworded = {*progress.TASKS, *progress.RUNS, *normalize.MESSAGES, *checkpoint.MESSAGES,
-                checkpoint.DIFFERENCE, *diagnose.REASONS, diagnose.DESYNC, *NOTES}
+                checkpoint.DIFFERENCE, *diagnose.REASONS, diagnose.DESYNC, *NOTES,
+                *diagnose.JOB_NAMES, fw_options.UNSHARDED, *recipe_jobs.DESCRIPTIONS}
     return options | set(LABELS.values()) | {str(v) for v in Verdict} | {
         c.name for c in CANDIDATES} | set(VERDICTS) | {
         s.description for s in BUILTIN.values()} | {sc.name for sc in exercise.scenarios} | set(
@@ -320,7 +323,7 @@ def test_the_step_table_speaks_the_edition(monkeypatch):
     for line, (name, info) in zip(french[2:], BUILTIN.items(), strict=True):
         assert line.startswith(f"| `{name}` | ")
         assert info.description not in line, line
-        assert ("le cours" if info.kind == "correct" else "à l'essai") in line
+        assert ("du cours" if info.kind == "correct" else "à auditer") in line
         assert fr[info.description].split(" ", 1)[0] in line
     assert not [line for line in french if re.search(r"\b(the|under|each|counted)\b", line)]
 
@@ -385,8 +388,8 @@ def test_the_progress_lines_speak_the_edition(monkeypatch):
                           "[nombre de rangs W = 2] 15/15 terminé"]
     # a job named by the check it runs keeps that name, as every table writes it
     assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parity] lancé"
-    assert french[6] == "[entraînement reprise (mises à jour 51 à 100)] lancé"
-    assert french[8] == "[entraînement ablation:model_only] lancé"
+    assert french[6] == "[reprise (mises à jour 51 à 100)] lancé"
+    assert french[8] == "[ablation model_only] lancé"
     assert french[10] == "[projet final à W=2] lancé"
     assert french[12:] == ["[frameworks_logging] lancé", "[frameworks_logging] 1/1 terminé"]
     assert not [line for line in french
@@ -461,12 +464,13 @@ def test_a_launchs_failure_speaks_the_edition(monkeypatch):
     assert str(err).startswith(EMPTY_LAUNCH)
     first, tail = err.said.split("\n")
     assert tail == '{"event": "error"}'
-    assert first == ("les rangs 0, 1 ont échoué dans le job train au pas 1\u00a0: "
+    assert first == ("les rangs 0, 1 ont échoué dans le lancement train au pas 1\u00a0: "
                      "EmptyWindowError\u00a0: aucun token supervisé dans la fenêtre globale "
                      "(N = 0)\u00a0: chaque rang s'arrête ici, après le même all_reduce "
                      "[torchrun s'est terminé avec le code 1]")
     hang = diagnose.said(HANG)
-    assert hang.startswith("le rang 1 a échoué dans le job uneven (fonction step "
+    assert hang.startswith("le rang 1 a échoué dans le lancement des microbatches inégaux "
+                           "(fonction step "
                            "no_sync_backward_only, vérification uneven_microbatches) "
                            "(vu par le rang 0)\u00a0: StepDesyncError\u00a0: le rang 1 n'a pas")
     french = diagnose.said(timeout)
@@ -518,4 +522,5 @@ def test_the_bug_lab_explains_in_the_edition(monkeypatch, capsys):
     assert said[0] == "synchronisation différée jusqu'au dernier microbatch"
     assert said[1].startswith("rangs déjà d'accord après le microbatch 1 sur 2\u00a0:")
     assert said[2] == "microbatches par rang\u00a0: 3, 6"
-    assert said[3].startswith("le pas ne s'est jamais terminé\u00a0: le rang 1 a échoué")
+    assert said[3].startswith("la fonction step ne s'est jamais terminée\u00a0: le rang 1 a "
+                              "échoué")

@@ -209,9 +209,9 @@ def test_the_figures_name_things_as_the_prose_does(monkeypatch):
     exercise = shown(plots.exercise(_exercise()))
     assert "équilibré 12/12" in exercise and "déséquilibré 12/36" in exercise
     logged = shown(plots.logged_values(LoggingData.committed().run))
-    assert "HF Trainer\u00a0: " in logged and "HF Trainer: " not in logged
+    assert "Trainer de HF\u00a0: " in logged and "Trainer de HF: " not in logged
     assert "batch_size déduit" in logged and "inferred" not in logged
-    assert "[somme, compte]" in logged and "décompte" not in logged
+    assert "[somme, décompte]" in logged and "compte]" not in logged.replace("décompte]", "")
     assert "la formule à laquelle la valeur est égale" in logged
     ddp = shown(plots.ddp_step())
     assert "bucket 1" in ddp and "seau" not in ddp

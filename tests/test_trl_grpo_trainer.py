@@ -168,7 +168,7 @@ def test_the_table_speaks_the_edition(committed, monkeypatch):
     monkeypatch.setenv(edition.ENV, "fr")
     french = describe(committed.rows, brief=True).splitlines()
     header = french[0]
-    columns = ("vs moyenne par token", "err. max", "revendique", "vs revendication",
+    columns = ("face à la moyenne par token", "err. max", "annonce", "face à l'annonce",
                "entraîne", "recette", "tokens par rang")
     for column in columns:  # each column in the header, and in the legend
         assert column in header and any(x.startswith(f"  {column} ") for x in french), column
@@ -178,10 +178,10 @@ def test_the_table_speaks_the_edition(committed, monkeypatch):
     assert measured
     for r, line in measured:
         assert line.split()[:2] == [r.trainer, r.loss_type or "-"]
-        assert line[header.index("revendique"):].startswith(r.claim or "non déclarée")
+        assert line[header.index("annonce"):].startswith(r.claim or "non déclarée")
         assert re.search(r" \d,\de[-+]\d\d  ", line), line  # max err, French marks
         if r.verdict == Verdict.SCALED:
-            assert "à l'échelle ×" in line and not re.search(r"×\d+\.", line), line
+            assert "échelle ×" in line and not re.search(r"×\d+\.", line), line
     for r, line in zip(committed.rows, rows, strict=True):
         if r.verdict == Verdict.NOT_RUN:
             assert "non exécuté" in line and line.endswith(f"(en entier\u00a0: {DETAILS})")

@@ -78,9 +78,9 @@ def count_tokens(labels: torch.Tensor) -> torch.Tensor:
 def count_before_shift(labels: torch.Tensor) -> torch.Tensor:
     """Labels counted before the next-token shift, as some trainers do: one
     more per row whose first label is supervised (that row's first token is
-    never predicted). The HF Trainer's ``batch["labels"].ne(-100).sum()``:
-    measured from 4.46.3 to 5.9 (4.46.2's ranks disagree), and from 5.10.1
-    on a model whose ``loss_type`` is None (a GPT-2 built from its config)."""
+    never predicted). The HF Trainer's ``batch["labels"].ne(-100).sum()``
+    on a model whose ``loss_type`` is None (a GPT-2 built from its config):
+    chapter 08 measures it, release by release."""
     return count_tokens(labels) + count_tokens(labels[:, :1])
 
 

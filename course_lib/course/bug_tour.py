@@ -14,7 +14,7 @@ from course_lib.checks.base import said
 from course_lib.checks.world_size import sequences as world_size_sequences
 from course_lib.core.config import Config
 from course_lib.core.data import Corpus
-from course_lib.core.edition import tr
+from course_lib.core.edition import number, tr
 from course_lib.jobs.audit import AuditReport, BugsReport
 from course_lib.rank import harness
 from course_lib.reports.numbers import err_bound
@@ -63,12 +63,15 @@ def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
     def tokens(micro: list[int]) -> int:  # L - 1 targets per sequence
         return sum(len(corpus.sequences[i]) - 1 for i in micro)
 
+    def listed(counts: list[int]) -> str:  # counts as the edition writes them
+        return "[" + ", ".join(number(n, "d") for n in counts) + "]"
+
     def per_rank(layout: harness.Layout) -> str:
         rank_of = tr("rank {rank}: {tokens}")
-        return "; ".join(
-            rank_of.format(rank=r, tokens=[tokens(mb) for mb in rank]) if len(rank) <= 4
-            else rank_of.format(rank=r, tokens=tr("{count} x 1, {total}").format(
-                count=len(rank), total=sum(map(tokens, rank))))
+        return tr("; ").join(
+            rank_of.format(rank=r, tokens=listed([tokens(mb) for mb in rank])) if len(rank) <= 4
+            else rank_of.format(rank=r, tokens=tr("{count} x 1 ({total} tokens)").format(
+                count=len(rank), total=number(sum(map(tokens, rank)), "d")))
             for r, rank in enumerate(layout))
 
     print(tr("accumulation_invariance: the parity window, A microbatches x B seqs"))
@@ -86,9 +89,11 @@ def show_layouts(cfg: Config, corpus: Corpus, window: harness.Layout) -> None:
         count=len(ids), size=size))
     for w in (1, 2, 4):
         layout = harness.world_size_layout(ids, w, size)
-        print("  " + tr("W={w}: {w} rank(s) x {micro} microbatch(es), tokens per rank "
-                        "{tokens}").format(w=w, micro=len(layout[0]),
-                                           tokens=[sum(map(tokens, rank)) for rank in layout]))
+        each = (tr("W={w}: {micro} microbatches per rank, tokens per rank {tokens}")
+                if len(layout[0]) > 1 else
+                tr("W={w}: 1 microbatch per rank, tokens per rank {tokens}"))
+        print("  " + each.format(w=w, micro=len(layout[0]),
+                                 tokens=listed([sum(map(tokens, rank)) for rank in layout])))
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,12 @@ class Tour:
         for family, names in FAMILIES.items():
             print(f"{tr(family)}{tr(': ')}{', '.join(names)}")
 
-    def show_why(self, family: str) -> None:
+    def show_why(self, family: int | str) -> None:
         """Why each of the family's bugs is wrong (the catalog's ``why``),
-        in the learner's language, wrapped for the page."""
+        in the learner's language, wrapped for the page. ``family``: its
+        name, or its number from 1, as the chapter numbers them."""
+        if not isinstance(family, str):
+            family = list(FAMILIES)[family - 1]
         for name in FAMILIES[family]:
             print(textwrap.fill(diagnose.joined(name, tr(BUILTIN[name].why)), 76,
                                 subsequent_indent="    "))

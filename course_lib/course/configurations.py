@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from course_lib.core.edition import number, tr
+from course_lib.core.edition import number, reword, tr
 from course_lib.frameworks import options
 from course_lib.frameworks.evidence import (
     CONFIGURATION_HEAD,
@@ -96,7 +96,7 @@ def _short(reason: str) -> str:
                 else tr("a package not installed"))
     head, _, rest = reason.partition(": ")
     text = rest if rest and " " not in head else reason
-    return text.split(": ")[0]
+    return reword(text.split(": ")[0], (options.UNSHARDED,))
 
 
 def _states(states: list[str]) -> str:

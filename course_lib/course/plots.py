@@ -707,7 +707,7 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
     rows = [r for r in report.rows if r.model == model and "loss_type" not in r.mode]
     parts = [(tr("training"), [r for r in rows if "train" in r.logged]),
              (tr("evaluation"), [r for r in rows if "train" not in r.logged])]
-    names = {"hf": "HF Trainer", "accelerate": "accelerate", "lightning": "Lightning"}
+    names = {"hf": tr("HF Trainer"), "accelerate": "accelerate", "lightning": "Lightning"}
 
     def label(r) -> str:
         mode = (r.mode.replace("average_tokens_across_devices=True", tr("flag on"))
@@ -808,9 +808,12 @@ def token_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> Figure:
     axes[0].set_ylabel(tr("a token's weight x N (the token mean: 1)"))
     for ax in axes[1:]:
         ax.tick_params(labelleft=False)
+    from course_lib.jobs.recipes import DESCRIPTIONS  # the jobs' module, when drawn
+
     fig.suptitle(tr("{window}\nwhat each recipe gives one token of each microbatch (n: its "
                     "supervised tokens; N = {n}, R = {rows})").format(
-                        window=info.description, n=number(info.global_tokens),
+                        window=edition.reword(info.description, DESCRIPTIONS),
+                        n=number(info.global_tokens),
                         rows=number(info.first_label_rows, "d")), fontsize=9)
     return in_edition(fig)
 

@@ -312,9 +312,14 @@ def _unsharded(captured: Captured) -> str | None:
     from accelerate.state import AcceleratorState
 
     ran = AcceleratorState().distributed_type
-    return (f"fsdp: accelerate {__version__} ran {ran} here, not FSDP: no parameter was "
+    return (f"fsdp: {UNSHARDED.format(version=__version__, ran=ran)}: no parameter was "
             "sharded at the optimizer step (it keeps the FSDP plugin only on a GPU-like "
             "device), so this was plain DDP")
+
+
+# What accelerate ran instead of FSDP, as a row's reason says it (and chapter
+# 08 rewords it in the learner's language).
+UNSHARDED = "accelerate {version} ran {ran} here, not FSDP"
 
 
 FSDP = Option("fsdp", "accelerate's FSDP2 through the Trainer, the sharded gradient "

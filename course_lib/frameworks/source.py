@@ -231,19 +231,21 @@ def describe(*sources: Source) -> str:
     for source in sources:
         out.append(tr(source.title))  # a quoted source's; the others are made in the edition
         for line in source.lines:
-            where = tr("not found in this version") if line.where == NOT_FOUND else line.where
+            where = (tr("not found in this version") if line.where == NOT_FOUND
+                     else line.where.replace(" in ", tr(" in "), 1))  # file:line in function
             out.append(f"  {shown[line.formula]:<{width}}  {where}")
             out.extend(f"  {'':<{width}}    {code}" for code in line.code)
     return "\n".join(out)
 
 
 def labels() -> set[str]:
-    """Every label ``describe`` writes beside a line, and the quoted sources'
-    titles: what the catalog translates."""
+    """Every label ``describe`` writes beside a line, the quoted sources'
+    and the logging sources' titles, and the word before a line's function:
+    what the catalog translates."""
     wanted = [*TRANSFORMERS, *(w for _, _, ws in LOGGING for w in ws),
               *(w for _, ws in TRL_GRPO for w in ws)]
     return ({w.formula for w in wanted} | {line.formula for s in QUOTED for line in s.lines}
-            | {s.title for s in QUOTED})
+            | {s.title for s in QUOTED} | {title for title, _, _ in LOGGING} | {" in "})
 
 
 # 07: how each framework turns the ranks' losses into the number it logs,
@@ -296,7 +298,7 @@ def logging() -> tuple[Source, ...]:
             line = find(w)
             found.append(line or Line(w.formula, NOT_FOUND,
                                       (" or ".join(repr(f) for f in w.fragments),)))
-        sources.append(Source(f"{title}: {package} {installed_version(package)}",
+        sources.append(Source(f"{tr(title)}{tr(': ')}{package} {installed_version(package)}",
                               tuple(found)))
     return tuple(sources)
 

@@ -164,14 +164,21 @@ def cut_to(corpus: Corpus, length: int) -> Corpus:
                   corpus.source, "")
 
 
+# The windows' descriptions, as the report keeps them (English) and a figure
+# rewords them (edition.reword).
+BALANCED = ("the parity window's sequences, each cut to {length} tokens: every n equal, "
+            "no padding")
+SKEWED = "the parity window: short sequences on rank 0, long ones on rank 1"
+DESCRIPTIONS = (BALANCED, SKEWED)
+
+
 def regimes(ctx: RankContext) -> dict[str, Regime]:
     layout = ctx.parity_layout()
     length = common_length(ctx.corpus, layout)
     return {
-        "balanced": Regime(f"the parity window's sequences, each cut to {length} tokens: "
-                           "every n equal, no padding", layout, cut_to(ctx.corpus, length)),
-        "skewed": Regime("the parity window: short sequences on rank 0, long ones on "
-                         "rank 1", layout, ctx.corpus),
+        "balanced": Regime(BALANCED.format(length=length), layout,
+                           cut_to(ctx.corpus, length)),
+        "skewed": Regime(SKEWED, layout, ctx.corpus),
     }
 
 

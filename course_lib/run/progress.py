@@ -71,6 +71,9 @@ def split_line(line: str) -> tuple[str, tuple[str, int, int, str] | None]:
 # The jobs' names as the learner reads them (``COURSE_EDITION``): the jobs
 # send them in English, and the wire and the replays keep them so.
 TASKS = ("world size {w}", "uneven microbatches", "capstone at W={w}",
+         # a run that names the training it is first: French words them apart
+         "train resume (updates {first}-{last})", "train reference (updates {first}-{last})",
+         "train ablation:{part} (updates {first}-{last})", "train ablation:{part}",
          "train {run} (updates {first}-{last})", "train {run}", "exercise", "recipes")
 RUNS = ("stop", "continuous", "resume", "reference")  # train.py's labels
 

@@ -124,7 +124,8 @@ QUESTIONS: dict[str, Question] = {
         "Convert the script's step to chapter 03's post_scale (audited in 05: "
         "backprop the raw sum S_r, then scale the gradients by W / N after the "
         "sync) and run the model and its loss in float16 (model.half(), no "
-        "autocast, no GradScaler), whose largest value is 65,504; the loss starts "
+        "autocast, no GradScaler: unlike chapter 03's autocast, the loss itself is "
+        "float16 here), whose largest value is 65,504; the loss starts "
         "near 3.6 nats per token. As a rank's window grows, which quantity overflows "
         "first, and before which call?", "choice", "S_r before backward()",
         "compare how fast each grows per supervised token: the loss sum, a "

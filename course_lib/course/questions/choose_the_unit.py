@@ -113,20 +113,22 @@ QUESTIONS: dict[str, Question] = {
         "Three ways to place the L2 penalty wrongly: penalty_every_microbatch "
         "(weight 1 on every microbatch), penalty_times_world_size (W on each "
         "rank's last microbatch) and penalty_on_rank_zero (1 on rank 0's last "
-        "microbatch alone). Which of them does accumulation_invariance catch, "
-        "with no reference?", "choices", ("penalty_every_microbatch",),
-        "accumulation_invariance cuts the same window into 1, 2, 4 or 16 "
-        "microbatches per rank: which placements give a penalty that changes "
-        "with that number?",
+        "microbatch alone). world_size_invariance runs the same 4 microbatches "
+        "on 1, 2 and 4 ranks and compares the gradients with each other, with "
+        "no reference. Which of the three does it catch?", "choices",
+        ("penalty_every_microbatch", "penalty_times_world_size", "penalty_on_rank_zero"),
+        "after DDP's mean over W ranks, how many times does each placement count "
+        "the penalty, as W goes 1, 2, 4 with 4 / W microbatches per rank?",
         options=("penalty_every_microbatch", "penalty_times_world_size",
                  "penalty_on_rank_zero"),
         reasoning=(
-            "Only penalty_every_microbatch. Added on every microbatch, the penalty "
-            "counts M times, and accumulation_invariance changes M. The two others "
-            "add it once per rank whatever M is (W times too strong, or on one rank "
-            "only and divided by W in DDP's mean), so accumulation_invariance "
-            "cannot see them; parity sees them against the reference, and "
-            "world_size_invariance without one, as their weight moves with W.")),
+            "All three: after DDP's mean, penalty_every_microbatch counts the penalty "
+            "4 / W times (once on each of a rank's 4 / W microbatches: 4, 2, then 1), "
+            "penalty_times_world_size W times and penalty_on_rank_zero 1 / W times, so "
+            "each count moves with W and the three layouts' gradients differ. "
+            "accumulation_invariance, which changes only "
+            "the microbatches per rank, catches penalty_every_microbatch alone: the "
+            "two others add the penalty once per rank whatever that number is.")),
     "choose_the_unit.predict_packed": Question(
         "Packed rows, rows_as_documents: the sequence rule run unchanged, each "
         "row one sequence. One row holds a lone document of 12 tokens, another "
@@ -158,21 +160,23 @@ QUESTIONS: dict[str, Question] = {
             "window (512 / 4096 = 0.125 on the balanced one): another step size, "
             "one that moves with N from window to window.")),
     "choose_the_unit.1": Question(
-        "W = 2, the weighted objective: the class weights of rank 0's supervised "
-        "tokens sum to 2,100, rank 1's to 600. Each rank divides its weighted "
-        "loss sum by its own sum of weights, and DDP averages the two ranks. A "
-        "rank-1 token then weighs how many times what the weighted mean gives "
-        "it?", "number", 2700 / 1200,
-        "the weighted mean gives a token of class weight w the weight w / (sum "
-        "of every weight); what does it get once its rank divides by its own "
-        "sum and DDP by W?", rel_tol=1e-6,
+        "W = 2, the weighted objective. Rank 0 holds 1,000 supervised tokens "
+        "whose class weights sum to 2,100, rank 1 holds 300 whose weights sum "
+        "to 600. A step reuses the token mean's rule: it all-reduces the token "
+        "count N, not the sum of weights, and each rank backprops W times its "
+        "weighted loss sum over N. Against the weighted mean, a token of class "
+        "weight w then weighs how many times as much?", "number", 2700 / 1300,
+        "write a token's weight under each, after DDP's mean: w over the "
+        "window's sum of weights for the objective, and for the step? Then ask "
+        "whether the factor depends on the rank", rel_tol=1e-3,
         reasoning=(
-            "The weighted mean gives a token of weight w the share w / 2,700. Divided "
-            "by its rank's own sum, a rank-1 token gets w / 600, and DDP's mean over "
-            "W = 2 halves it: w / 1,200, so 2,700 / 1,200 = 2.25 times its weight "
-            "(and a rank-0 token 2,700 / 4,200 = 0.64). It is chapter 01's mean of "
-            "rank means, with the sum of class weights as the count: the fix is the "
-            "same, all-reduce the sum before dividing.")),
+            "The weighted mean gives a token of weight w the share w / 2,700, and the "
+            "step W · w / N on its rank, which DDP's mean over W leaves at w / N = "
+            "w / 1,300 on either rank: every weight is multiplied by 2,700 / 1,300 = "
+            "2.08, the window's mean class weight. The gradient is scaled, not biased "
+            "(chapter 08's verdicts), but the factor moves with each window's mix of "
+            "classes, so over a run the windows are reweighted: all-reduce the sum of "
+            "weights, in float64, and divide by it.")),
     "choose_the_unit.2": Question(
         "Dr. GRPO divides the step's loss sum by a constant C: the optimizer "
         "step's number of completions times the maximum completion length. A "
@@ -243,7 +247,7 @@ QUESTIONS: dict[str, Question] = {
     "choose_the_unit.5": Question(
         "Three jobs. (a) Fine-tuning on sampled answers with a per-token reward "
         "mask: the tokens a checker rejects are masked out of the labels, and a "
-        "kept token of answer s must weigh 1 / (A k_s), where A counts the "
+        "kept token of answer s must weigh 1 / (G k_s), where G counts the "
         "window's answers with a kept token and k_s is answer s's kept tokens. "
         "(b) Supervised fine-tuning on multi-turn chats, one chat per row, the "
         "user's turns masked, each "
@@ -253,7 +257,7 @@ QUESTIONS: dict[str, Question] = {
         "the order a / b / c, and what does every rank all-reduce before its "
         "backward (in brackets)?", "choice",
         "sequence (K) / document (the turns) / weighted, 49 (Σ w)",
-        "for (a), match 1 / (A k_s) with a token's weight under each unit of the "
+        "for (a), match 1 / (G k_s) with a token's weight under each unit of the "
         "chapter; for (b), ask what must count once and whether a row is still one "
         "example; for (c), write each label's total weight over 50 examples and "
         "set the two equal",
@@ -263,7 +267,7 @@ QUESTIONS: dict[str, Question] = {
                  "sequence (nothing) / document (the turns) / weighted, 49 (nothing)",
                  "sequence (K) / document (the turns) / weighted, 50 (Σ w)"),
         reasoning=(
-            "(a) The sequence mean: 1 / (A k_s) is its 1 / (K n_s) once the mask has "
+            "(a) The sequence mean: 1 / (G k_s) is its 1 / (K n_s) once the mask has "
             "removed the rejected tokens, for the mask changes which tokens are "
             "supervised, not the unit: each answer gets one share, an answer with no "
             "kept token drops out of K, and the ranks all-reduce K, the answers (the "
@@ -276,5 +280,5 @@ QUESTIONS: dict[str, Question] = {
             "w_common × 49, so equal totals need a ratio of 49, not 50, and Σ w "
             "depends on how many rare labels each rank drew, so the ranks "
             "all-reduce it, in float64. A rank that divides by its own count trains "
-            "a mean of rank means (exercise 1).")),
+            "a mean of rank means (chapter 01).")),
 }

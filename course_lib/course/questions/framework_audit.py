@@ -78,16 +78,17 @@ QUESTIONS: dict[str, Question] = {
             "divide per microbatch, per rank, by a count taken before the shift, or by "
             "W once too often.")),
     "framework_audit.predict_gpt2": Question(
-        "A GPT-2 built from its config has loss_type None, and its forward "
+        "A GPT-2 built from its config is a GPT2LMHeadModel, and its forward "
         "takes **kwargs. In the live run, your installed Trainer trains it with "
         "average_tokens_across_devices on, on the window whose N and R are "
         "printed above. The audit measures c = <g, g*> / <g*, g*>, the scale of "
         "its gradient g along the token mean's g* (c = 1 when g is g*): what c "
         "will it measure?",
         "number", from_run("course_lib.jobs.frameworks:FrameworksReport", _live_scale("gpt2")),
-        "with loss_type None, does _loss_shifts_labels hold, and which labels "
-        "does the count take then? How many more than N does it find, and what "
-        "is left of W * S_r / count after DDP's mean?", rel_tol=1e-3,
+        "which loss_type does its class name give it? Does _loss_shifts_labels "
+        "hold, and which labels does the count take then? How many more than N "
+        "does it find, and what is left of W * S_r / count after DDP's mean?",
+        rel_tol=1e-3,
         reasoning=(
             "A GPT-2 built from its config has loss_type None, so _loss_shifts_labels "
             "is False and the count takes every label: each row whose first label is "
