@@ -303,6 +303,11 @@ PACKING = Option(
 # --- the rest: a flag each, refused by the framework where it cannot run -------------------
 
 
+# What accelerate ran instead of FSDP, as a row's reason says it (and chapter
+# 08 rewords it in the learner's language).
+UNSHARDED = "accelerate {version} ran {ran} here, not FSDP"
+
+
 def _unsharded(captured: Captured) -> str | None:
     """FSDP asked for, and no parameter sharded at the optimizer step: say
     what accelerate ran instead."""
@@ -316,10 +321,6 @@ def _unsharded(captured: Captured) -> str | None:
             "sharded at the optimizer step (it keeps the FSDP plugin only on a GPU-like "
             "device), so this was plain DDP")
 
-
-# What accelerate ran instead of FSDP, as a row's reason says it (and chapter
-# 08 rewords it in the learner's language).
-UNSHARDED = "accelerate {version} ran {ran} here, not FSDP"
 
 
 FSDP = Option("fsdp", "accelerate's FSDP2 through the Trainer, the sharded gradient "

@@ -83,6 +83,8 @@ class Sketch:
                     and piece.dtype == torch.float32 and piece.device.type == "cpu"):
                 block = piece[at:at + want]  # inside one piece: a view, no copy
                 at += want
+                if at == piece.numel():
+                    k, at = k + 1, 0
             else:
                 block, filled = buffer[:want], 0
                 while filled < want and k < len(pieces):
@@ -92,8 +94,6 @@ class Sketch:
                     if at == pieces[k].numel():
                         k, at = k + 1, 0
                 block[filled:].zero_()  # the last row's padding
-            if k < len(pieces) and at == pieces[k].numel():
-                k, at = k + 1, 0
             ax += (a[:, start:start + rows] @ block.view(rows, WIDTH)).double()
         return (ax @ b.T).flatten() / math.sqrt(self.size)
 

@@ -62,9 +62,9 @@ REASONS = (
     "timed out after {seconds} s",
     "interrupted by the user",
 )
-# What rank/harness.py's StepDesyncError says (the run layer may not import it).
 # The jobs' tags that the catalog words for the learner (a failure "in uneven").
 JOB_NAMES = ("uneven",)
+# What rank/harness.py's StepDesyncError says (the run layer may not import it).
 DESYNC = ("rank {ranks} did not finish the step within {seconds} s: a hang, or a "
           "collective that the other ranks skipped")
 
@@ -117,8 +117,7 @@ def _job(text: str) -> str:
         return text
     inner = [tr("step {step}").format(step=found["step"]) if found["step"] else "",
              tr("check {check}").format(check=found["check"]) if found["check"] else ""]
-    job = tr(found["job"]) if found["job"] in JOB_NAMES else found["job"]
-    return f"{job} ({', '.join(p for p in inner if p)})"
+    return f"{reword(found['job'], JOB_NAMES)} ({', '.join(p for p in inner if p)})"
 
 
 def _reason(text: str) -> str:
