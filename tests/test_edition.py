@@ -38,8 +38,9 @@ def vocabularies() -> set[str]:
     window does and the GRPO trainers' legend (each shown through ``tr``);
     the English records that a chapter shows reworded (``edition.reword``):
     the jobs' names in the progress lines, the checkpoint's, the empty
-    window's and the launch's messages, chapter 05's notes, and the bug
-    catalog's ``why``; the recipes' formulas (chapter 08's table)."""
+    window's and the launch's messages, chapter 05's notes, the bug
+    catalog's ``why`` and why a TRL loss type was not run (chapter 09); the
+    recipes' formulas (chapter 08's table)."""
     from course_lib.checks.base import NOTES
     from course_lib.core import checkpoint, normalize
     from course_lib.core.config import load
@@ -49,7 +50,7 @@ def vocabularies() -> set[str]:
     from course_lib.frameworks import options as fw_options
     from course_lib.frameworks import source
     from course_lib.frameworks.candidates import CANDIDATES
-    from course_lib.frameworks.evidence import CONFIGURATION_HEAD
+    from course_lib.frameworks.evidence import CONFIGURATION_HEAD, NO_LOSS_TYPE
     from course_lib.jobs import recipes as recipe_jobs
     from course_lib.jobs.capstone import PROPERTIES
     from course_lib.jobs.frameworks_logging import VERDICTS
@@ -65,7 +66,8 @@ def vocabularies() -> set[str]:
     assert exercise is not None
     reworded = {*progress.TASKS, *progress.RUNS, *normalize.MESSAGES, *checkpoint.MESSAGES,
                 checkpoint.DIFFERENCE, *diagnose.REASONS, diagnose.DESYNC, *NOTES,
-                *diagnose.JOB_NAMES, fw_options.UNSHARDED, *recipe_jobs.DESCRIPTIONS}
+                *diagnose.JOB_NAMES, fw_options.UNSHARDED, *recipe_jobs.DESCRIPTIONS,
+                NO_LOSS_TYPE}
     return options | set(LABELS.values()) | {str(v) for v in Verdict} | {
         c.name for c in CANDIDATES} | set(VERDICTS) | {
         s.description for s in BUILTIN.values()} | {sc.name for sc in exercise.scenarios} | set(

@@ -30,6 +30,8 @@ def test_the_translation_is_up_to_date(stem):
 
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_the_committed_french_chapter_is_the_build(stem):
+    from course_lib.core.typography import french_code
+
     built = translation.build(stem)
     committed = json.loads(translation.built_path(stem).read_text(encoding="utf-8"))
     assert translation.same_code(built, committed), (
@@ -41,7 +43,8 @@ def test_the_committed_french_chapter_is_the_build(stem):
     french = [c for c in committed["cells"] if c["cell_type"] == "code"][1:]  # the switch
     assert len(code) == len(french)
     for en, fr in zip(code, french, strict=True):  # the code comes from the English
-        said = entries[en["id"]]["fr"] if en["id"] in entries else "".join(en["source"])
+        said = (french_code(entries[en["id"]]["fr"]) if en["id"] in entries
+                else "".join(en["source"]))
         assert "".join(fr["source"]) == translation.UP.sub(r"\1../../", said)
         assert translation.program("".join(fr["source"])) == translation.program(
             translation.UP.sub(r"\1../../", "".join(en["source"])))
@@ -109,7 +112,8 @@ def test_a_code_cell_speaks_french_and_does_what_the_english_does(tmp_path, monk
                                      _code("u", "print(1)")], entries)
     assert translation.problems("99_x") == []  # a code cell without an entry is English
     nb = translation.build("99_x")
-    assert ["".join(c["source"]) for c in nb["cells"][2:]] == [said, "print(1)"]
+    set_as_french = said.replace(" :", "\u00a0:")  # its messages' typography, as tr's
+    assert ["".join(c["source"]) for c in nb["cells"][2:]] == [set_as_french, "print(1)"]
     # the same messages around another program: named, not built
     entries["k"]["fr"] = said.replace('"minimum"', '"maximum"')
     _chapter(tmp_path, monkeypatch, [_md("a", "# Title"), _code("k", english)], entries)
@@ -313,6 +317,25 @@ def test_french_typography_leaves_code_and_formulas_alone():
     assert french(after) == (f"`all_reduce`{NBSP}: somme{NNBSP}; $N${NNBSP}? "
                              f"[lien](x){NBSP}: oui")
     assert len(breakable(after)) == 3 and not breakable(french(after))
+
+
+def test_french_typography_in_code_sets_the_messages_and_leaves_the_code():
+    from course_lib.core.typography import NBSP, NNBSP, french_code
+
+    source = ('d = {"a" : 1}\n'
+              'print(f"rang {r} : {a % b} ; {x!r:>10}", "moyennes        :")\n'
+              'print("16 971 tokens", f"{{x}} : {d[\'a\']}", b"a : b")  # note : ici\n'
+              '!echo "a : b"\n')
+    out = french_code(source)
+    assert out == ('d = {"a" : 1}\n'
+                   f'print(f"rang {{r}}{NBSP}: {{a % b}}{NNBSP}; {{x!r:>10}}", '
+                   f'"moyennes       {NBSP}:")\n'
+                   f'print("16{NNBSP}971 tokens", f"{{{{x}}}}{NBSP}: {{d[\'a\']}}", b"a : b")'
+                   f'  # note{NBSP}: ici\n'
+                   '!echo "a : b"\n')
+    assert len(out) == len(source)  # a padded column keeps its width
+    assert french_code(out) == out
+    assert french_code("print('a : b'") == "print('a : b'"  # does not tokenize: as is
 
 
 @pytest.mark.parametrize("stem", CHAPTERS)

@@ -6,7 +6,9 @@ that space must not break, or a colon wraps to the start of a line:
 
 - U+202F (narrow no-break space) before ``;``, ``?`` and ``!``;
 - U+00A0 (no-break space) before ``:`` and ``%``, after ``«`` and before ``»``;
-- ``×`` for an ``x`` between two numbers (``2 x 3``), ``…`` for ``...``.
+- ``×`` for an ``x`` between two numbers (``2 x 3``), ``…`` for ``...``;
+- U+202F between the groups of a count (``16 971``), as ``edition.number``
+  writes it, so that a count never wraps in two.
 
 Only a space already there is made unbreakable: "http://", "a:b" or a
 Python slice stay as they are. Code (fenced blocks, ``code`` spans),
@@ -32,11 +34,16 @@ _RULES = (
     (re.compile(r"(?<=\S)[ \t\u00a0\u202f]*»"), NBSP + "»"),
     (re.compile(r"(?<=\d) x (?=\d)"), " × "),
     (re.compile(r"(?<!\.)\.\.\.(?!\.)"), "…"),
+    # a count's groups: 1 to 3 digits, then groups of 3, outside a decimal's digits
+    (re.compile(r"(?<![\d.,])\d{1,3}(?:[ \t\u00a0]\d{3})+(?!\d)"),
+     lambda m: re.sub(r"[ \t\u00a0]", NNBSP, m.group(0))),
 )
 
 
 # A plain space where French needs one that does not break.
-_BREAKABLE = re.compile(r".{0,12}(?:(?<=\S)[ \t]+(?:[:;?%»]|!(?!\[))|«[ \t]).{0,6}")
+_BREAKABLE = re.compile(r".{0,12}(?:(?<=\S)[ \t]+(?:[:;?%»]|!(?!\[))|«[ \t]"
+                        r"|(?<![\d.,])\d{1,3}(?:[ \t\u00a0\u202f]\d{3})*[ \t\u00a0]\d{3}(?!\d))"
+                        r".{0,6}")
 
 
 def _plain(text: str) -> str:
@@ -75,3 +82,80 @@ def breakable(text: str) -> list[str]:
     ``french`` fixes. Empty for a text set as French sets it."""
     return [m.group(0).replace(_CODE, "`…`") for prose, _ in _chunks(text)
             for m in _BREAKABLE.finditer(prose)]
+
+
+# In a code cell's messages, one character for one: a padded label
+# ("moyennes locales        :") keeps its column, only the space that
+# touches the sign stops breaking. An f-string's fields are code and stay.
+_CODE_RULES = (
+    (re.compile(r" (?=[;?])"), NNBSP),
+    (re.compile(r" (?=[:%»])"), NBSP),
+    (re.compile(r"(?<=«) "), NBSP),
+    (re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?!\d)"),
+     lambda m: m.group(0).replace(" ", NNBSP)),
+)
+
+
+def _literal_parts(token: str) -> list[tuple[int, int]]:
+    """The (start, end) spans of a string token's text that is not code: the
+    whole body of a plain string, the text between the fields of an f-string."""
+    prefix = len(token) - len(token.lstrip("rRbBuUfF"))
+    if "b" in token[:prefix].lower():
+        return []  # bytes are data
+    quote = 3 if token[prefix:prefix + 3] in ('"""', "'''") else 1
+    start, end = prefix + quote, len(token) - quote
+    if "f" not in token[:prefix].lower():
+        return [(start, end)]
+    spans, depth, here, i = [], 0, start, start
+    while i < end:
+        ch = token[i]
+        if depth == 0 and token[i:i + 2] in ("{{", "}}"):
+            i += 2
+            continue
+        if ch == "{":
+            if depth == 0:
+                spans.append((here, i))
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            here = i + 1
+        i += 1
+    if depth == 0:
+        spans.append((here, end))
+    return spans
+
+
+def french_code(source: str) -> str:
+    """A French code cell with its messages and comments set as French sets
+    them (the no-break spaces of ``french``, one character for one), so that
+    what it prints matches what the catalog prints. Code, an f-string's
+    fields and a cell that does not tokenize (a magic, a shell line) stay."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    starts = [0]
+    for line in io.StringIO(source):
+        starts.append(starts[-1] + len(line))
+    text = list(source)
+    shell = {n for n, line in enumerate(source.splitlines(), 1)
+             if line.lstrip().startswith(("!", "%"))}  # IPython's, not Python
+    for tok in tokens:
+        if tok.type not in (tokenize.STRING, tokenize.COMMENT) or tok.start[0] in shell:
+            continue
+        at = starts[tok.start[0] - 1] + tok.start[1]
+        spans = ([(0, len(tok.string))] if tok.type == tokenize.COMMENT
+                 else _literal_parts(tok.string))
+        # the fields masked, not cut out: "{r} :" still has a sign after a word
+        masked = [_CODE] * len(tok.string)
+        for a, b in spans:
+            masked[a:b] = tok.string[a:b]
+        part = "".join(masked)
+        for pattern, replacement in _CODE_RULES:
+            part = pattern.sub(replacement, part)
+        for a, b in spans:  # the same length: offsets hold
+            text[at + a:at + b] = part[a:b]
+    return "".join(text)

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from course_lib.core.edition import number, reword, tr
+from course_lib.core.edition import date, number, reword, tr
 from course_lib.frameworks import options
 from course_lib.frameworks.evidence import (
     CONFIGURATION_HEAD,
@@ -52,7 +52,7 @@ def describe(live: FrameworksReport | Sequence[FrameworkRow] | None = None,
                "first optimizer step vs the token mean. {count} lines: {tally}.").format(
         count=len(lines), tally=", ".join(f"{n} {v}" for v, n in tally.items())),
             tr("committed: {file} ({date}; {versions})").format(
-        file=Configurations.path().name, date=doc.date, versions=", ".join(versions)),
+        file=Configurations.path().name, date=date(doc.date), versions=", ".join(versions)),
             tr("live: {rows} rows ({versions})").format(rows=len(mine), versions=", ".join(
                 here)) if mine else
             tr("live: none ({call} measures them here)").format(  # code, as typed
@@ -133,7 +133,7 @@ def _grouped(doc: Configurations, live: Sequence[FrameworkRow],
     mine = sum(r.uses != {} for r in live)
     live_rows = tr(", {rows} rows live").format(rows=mine) if mine else ""
     lines = [tr("The --with configurations on the skewed window ({versions}; committed "
-                "{date}{live}),").format(versions=", ".join(versions), date=doc.date,
+                "{date}{live}),").format(versions=", ".join(versions), date=date(doc.date),
                                          live=live_rows),
              tr("against the plain framework's rows: {models} models ({names}) x {flags} "
                 "flag settings").format(models=len(models), names=", ".join(models),

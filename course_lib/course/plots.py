@@ -9,6 +9,7 @@ label and legend goes through the catalog (``tr``), its numbers through
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from course_lib.frameworks.evidence import Matrix, MatrixRow
     from course_lib.jobs.audit import BugsReport
     from course_lib.jobs.exercise import ExerciseReport
-    from course_lib.jobs.frameworks_logging import LoggingReport
+    from course_lib.jobs.frameworks_logging import LoggedRow, LoggingReport
     from course_lib.jobs.parity import ParityReport
     from course_lib.jobs.recipes import RegimeInfo, TokenWeight
     from course_lib.jobs.resume import ResumeReport
@@ -586,10 +587,16 @@ def framework_matrix(matrix: Matrix) -> Figure:
 
 
 def unit_weights(lengths: list[int], weights: dict[str, list[float]],
-                 title: str | None = None) -> Figure:
+                 title: str | None = None, *, line: str | None = None,
+                 spread: dict[str, list[tuple[float, float]]] | None = None,
+                 annotate: dict[str, str] | None = None) -> Figure:
     """Each sequence's per-token weight, times N (1 is the token mean's),
     against its supervised length, one series per objective (or per TRL
-    loss_type: chapter 09's RL figure)."""
+    loss_type: chapter 09's RL figure). ``line`` names the series that is 1
+    for every token: drawn as the horizontal line, not as points. ``spread``
+    gives a series' lowest and highest token weight per sequence, drawn as a
+    bar through its point. ``annotate`` writes a label above a series' first
+    value, in the widest gap between lengths (a flat series: dr_grpo's c)."""
     from matplotlib.ticker import FixedLocator, NullFormatter
 
     fig, (ax,) = _figure(height=3.6)
@@ -599,14 +606,33 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
               "weighted": COLORS["stop"],
               # TRL's loss types: grpo is the sequence mean, dapo the token mean
               "grpo": "#e08214", "dr_grpo": "#8073ac", "dapo": COLORS["global_token"]}
+    spread = spread or {}
     for name, ws in weights.items():
+        if name == line:
+            continue
+        color = colors.get(name, COLORS["reference"])
+        if name in spread:
+            lows, highs = zip(*spread[name], strict=True)
+            ax.errorbar(lengths, ws, yerr=[[w - lo for w, lo in zip(ws, lows, strict=True)],
+                                           [hi - w for w, hi in zip(ws, highs, strict=True)]],
+                        fmt="none", ecolor=color, alpha=0.35, lw=1)
         ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name,
-                   color=colors.get(name, COLORS["reference"]))
-    ax.axhline(1.0, color=COLORS["tolerance"], lw=1)
-    ax.set_yscale("log")
+                   color=color)
+    if line is None:
+        ax.axhline(1.0, color=COLORS["tolerance"], lw=1)
+    else:
+        ax.axhline(1.0, color=colors.get(line, COLORS["tolerance"]), lw=1.2, label=line)
+    xs = sorted(lengths)  # a label goes in the widest gap between lengths
+    gaps = list(zip(xs, xs[1:], strict=False)) or [(xs[0], xs[0])]
+    lo, hi = max(gaps, key=lambda pair: pair[1] - pair[0])
+    for name, text in (annotate or {}).items():
+        ax.annotate(text, ((lo + hi) / 2, weights[name][0]), xytext=(0, 6),
+                    textcoords="offset points", fontsize=8, ha="center")
+    values = [v for ws in weights.values() for v in ws] + [
+        v for pairs in spread.values() for pair in pairs for v in pair]
     ticks = [t for t in (0.25, 0.5, 0.6, 1, 2, 4, 8)
-             if min(min(ws) for ws in weights.values()) * 0.9 <= t
-             <= max(max(ws) for ws in weights.values()) * 1.1]
+             if min(values) * 0.9 <= t <= max(values) * 1.1]
+    ax.set_yscale("log")
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.set_yticks(ticks, [number(t, "g") for t in ticks])
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -698,6 +724,31 @@ def ddp_step() -> Figure:
     return in_edition(fig)
 
 
+def _wrap_at_commas(text: str, width: int) -> str:
+    """``text`` on lines of about ``width``, broken only after a comma
+    outside brackets, after gather_for_metrics( or before a double space,
+    so that no name is split."""
+    lines = [""]
+    for part in re.split(r"(?<=, )(?![^\[]*\])|(?<=_metrics\()|(?=  \()", text):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append(part.lstrip())
+        else:
+            lines[-1] += part
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def row_name(row: LoggedRow) -> str:
+    """07: a logged row's name as the chapter prints it, "{logged}, {mode}",
+    its words in the edition's (English: as committed; the figure below
+    shortens the same names)."""
+    words = {"train loss": tr("train loss"), "eval loss": tr("eval loss"),
+             "first step": tr("first step"), "epoch": tr("epoch"),
+             "batch_size inferred": tr("batch_size inferred"),
+             "per-sample [sum, count]": tr("per-sample [sum, count]")}
+    found = re.compile("|".join(rf"(?<![\w.]){re.escape(w)}(?![\w])" for w in words))
+    return found.sub(lambda m: words[m.group(0)], f"{row.logged}, {row.mode}")
+
+
 def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
     """07: each logged value of ``model``'s rows (the rows that set
     ``model.loss_type`` left out) as a dot, at its gap to the token mean it
@@ -716,19 +767,20 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
                 .replace("preprocess_logits_for_metrics + compute_metrics",
                          tr("[sum, count] per row")))
         what = r.logged.removeprefix("train loss").removeprefix("eval loss").lstrip(", ")
+        what = what.removeprefix("eval_token_mean")  # the recipe's row: its mode says it
         text = ", ".join(x for x in (what, mode) if x)
         text = (text.replace("epoch, on_epoch", "on_epoch")
                 .replace("first step, on_step", tr("on_step, first step"))
                 .replace("MeanMetric.update(loss, weight=<tokens>), on_epoch",
                          "MeanMetric(weight=<tokens>)")
-                .replace("epoch, MeanMetric", "on_epoch, MeanMetric")
+                .replace("epoch, MeanMetric", "MeanMetric")
                 .replace("batch_size inferred", tr("batch_size inferred"))
                 .replace("per-sample [sum, count]", tr("per-sample [sum, count]")))
         return (tr("{framework}: {text}").format(
             framework=names.get(r.framework, r.framework), text=text)
                 + (tr("  (recipe)") if r.recipe else ""))
 
-    fig = Figure(figsize=(WIDTH, 0.32 * len(rows) + 1.7), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 0.42 * len(rows) + 1.7), layout="constrained")
     axes = fig.subplots(2, 1, sharex=True,
                         height_ratios=[max(len(found), 1) for _, found in parts])
     gaps = [100 * (r.value / r.token_mean - 1) for r in rows]
@@ -740,19 +792,22 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
             color = COLORS["global_token"] if exact else COLORS["mean_of_means"]
             ax.plot([0, gap], [i, i], color="#bbbbbb", lw=1)
             ax.plot([gap], [i], "o", ms=6, color=color)
-        ax.set_yticks(range(len(found)), [label(r) for r in found], fontsize=7.5)
+        ax.set_yticks(range(len(found)), [_wrap_at_commas(label(r), 38) for r in found],
+                      fontsize=7.5)
         ax.set_ylim(len(found) - 0.5, -0.5)
         verdicts = ax.twinx()  # the right-hand labels: the formula each value equals
         verdicts.set_ylim(ax.get_ylim())
-        verdicts.set_yticks(range(len(found)), [tr(r.verdict) for r in found], fontsize=7.5)
+        verdicts.set_yticks(range(len(found)), [textwrap.fill(tr(r.verdict), 32)
+                                                for r in found], fontsize=7.5)
         for tick, r in zip(verdicts.get_yticklabels(), found, strict=True):
             tick.set_color(COLORS["global_token"] if r.verdict == "token mean"
                            else COLORS["mean_of_means"])
         ax.axvline(0, color=COLORS["global_token"], lw=1.5)
         ax.set_title(title, fontsize=9)
     axes[-1].set_xlim(-1.15 * reach, 1.15 * reach)
-    axes[-1].set_xlabel(tr("logged value vs the token mean of what it logs (%): the green "
-                           "line; on the right, the formula the value equals"))
+    axes[-1].set_xlabel(textwrap.fill(tr(
+        "logged value vs the token mean of what it logs (%): the green "
+        "line; on the right, the formula the value equals"), 90))
     return in_edition(fig)
 
 

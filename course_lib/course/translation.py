@@ -18,7 +18,8 @@ its translation follows it.
 The French notebooks live one folder down, so their relative links and
 paths gain a ``../``, and a first code cell sets ``COURSE_EDITION=fr``: the
 quiz and the widgets then speak French in that kernel (``edition``). The
-French prose is set with French typography as it is built (``typography``).
+French prose is set with French typography as it is built (``typography``),
+and so are the messages and comments of a French code cell.
 
     python -m course_lib.course.translation [--check] [--only NN ...]   # make translations
 """
@@ -263,8 +264,8 @@ def build(stem: str, edition: str = EDITION) -> dict:
         if cell["cell_type"] == "markdown":
             text = typography.french(entry[edition])  # type: ignore[index]
             cell["source"] = _lines(UP.sub(r"\1../../", text))
-        else:
-            text = entry[edition] if entry else _text(cell)
+        else:  # an entry's messages set as the catalog's are (typography.french_code)
+            text = typography.french_code(entry[edition]) if entry else _text(cell)
             cell["source"] = _lines(UP.sub(r"\1../../", text))
             cell["outputs"], cell["execution_count"] = [], None
             cell["metadata"].pop("execution", None)

@@ -30,7 +30,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from course_lib import frameworks
-from course_lib.core.edition import marks, tr
+from course_lib.core.edition import marks, reword, tr
 from course_lib.core.verdicts import TOLERANCE, Verdict, said
 from course_lib.frameworks import candidates, options
 from course_lib.frameworks.candidates import CANDIDATES
@@ -352,6 +352,9 @@ def real_code(recipe: Recipe, matrix: Matrix) -> RealCode:
 
 # --- the real loss: TRL GRPO's _compute_loss against the re-implementation ---------------
 
+# Why a version's loss type was not run, as benchmarks/trl_grpo_loss.py writes it.
+NO_LOSS_TYPE = "trl {version} has no loss_type '{loss_type}'"
+
 
 @dataclass(frozen=True)
 class LossRun:
@@ -379,6 +382,11 @@ class LossRun:
     @property
     def agrees(self) -> bool:
         return self.status == "run" and bool(self.loss_allclose) and bool(self.grad_allclose)
+
+    @property
+    def said_reason(self) -> str:
+        """``reason`` in the learner's language (chapter 09 prints it)."""
+        return reword(self.reason, (NO_LOSS_TYPE,))
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,32 @@ def logging() -> tuple[Source, ...]:
     return tuple(sources)
 
 
+
+def logged_lines(source: Source, keep: Sequence[int]) -> str:
+    """07: the lines ``keep`` (indices) of one of ``logging()``'s sources,
+    each under its file:line. The Trainer's branch for n_gpu > 1
+    (DataParallel, unused with torchrun) is cut from its lines."""
+    out = [source.title]
+    for line in (source.lines[i] for i in keep):
+        out.append("  " + line.where.replace(" in ", tr(" in "), 1))
+        out.extend("      " + code.split(" if self.args.n_gpu")[0] for code in line.code)
+    return "\n".join(out)
+
+
+def trainer_loss_condition() -> str:
+    """07: the installed ``if`` above ``Trainer.compute_loss``'s two
+    ``loss_scale`` lines (when the loss is scaled by W), its comments cut."""
+    import textwrap
+
+    found = _resolve(f"{TRAINER}.compute_loss")
+    if found is None:
+        return tr(NOT_FOUND)
+    body = inspect.getsource(found[0]).splitlines()
+    end = next(i for i, s in enumerate(body) if "loss_scale =" in s)
+    start = max(i for i in range(end) if body[i].lstrip().startswith("if"))
+    guard = textwrap.dedent("\n".join(body[start:end])).splitlines()
+    return "\n".join(s for s in guard if not s.lstrip().startswith("#"))
+
 # 09: TRL's GRPOTrainer, the lines that turn the per-token terms into the
 # loss a microbatch backprops, one branch of _compute_loss per loss_type.
 # B completions a microbatch, n_s a completion's tokens, M = GA, W the ranks.

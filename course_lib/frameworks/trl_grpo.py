@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from course_lib.core.verdicts import Verdict
-from course_lib.frameworks.evidence import LossRun
+from course_lib.frameworks.evidence import NO_LOSS_TYPE, LossRun
 
 WORLD = 2  # accelerator.num_processes: the dapo normalizer divides by it
 RTOL, ATOL = 1e-10, 1e-12  # float64 on both sides
@@ -115,7 +115,8 @@ def compare_all(cases: dict[str, tuple[str, int, int]],
             accumulation=ga, steps_per_generation=spg, world_size=WORLD, version=version)
         if f'"{loss_type}"' not in source:
             rows.append(LossRun(**row, status=Verdict.NOT_RUN.value,
-                                reason=f"trl {version} has no loss_type {loss_type!r}"))
+                                reason=NO_LOSS_TYPE.format(version=version,
+                                                           loss_type=loss_type)))
             continue
         model.zero_grad(set_to_none=True)
         logps = torch.log_softmax(model(inputs), -1).gather(

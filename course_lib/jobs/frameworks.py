@@ -507,6 +507,7 @@ def describe(report: FrameworksReport) -> str:
     head = (tr("framework"), tr("version"), tr("model"), tr("flags"), tr("verdict"))
     widths = [max(w, len(h)) for w, h in zip((11, 9, 7, 36, 17), head, strict=True)]
     widths[-1] = max([widths[-1], *(len(said) for _, _, said, _ in rows)])
+    widths[3] = max([widths[3], *(len(flags) + 1 for _, flags, _, _ in rows)])  # a long spec
     lines = [tr("Frameworks, audited: {ranks} ranks, {backend} on {device}; the gradient of "
                 "the first optimizer step vs the token mean").format(
         ranks=report.world_size, backend=report.backend, device=edition.device(report.device)),

@@ -482,8 +482,8 @@ def _microbatch_sums(w: RegimeInfo, r: int, m: int) -> float:
 
 WEIGHTS: dict[str, tuple[str, Any]] = {
     "token_mean": ("1 / N", lambda w, r, m: 1.0),
-    "microbatch_means": ("1 / (W·M·n_{r,m})", _microbatch_means),
-    "microbatch_sums": ("1 / (W·n_{r,m})", _microbatch_sums),
+    "microbatch_means": ("1 / (W·M·n_r,m)", _microbatch_means),
+    "microbatch_sums": ("1 / (W·n_r,m)", _microbatch_sums),
     "rank_means": ("1 / (W·N_r)",
                    lambda w, r, m: w.global_tokens / (len(w.local_tokens) * w.local_tokens[r])),
     "shift_scaled": ("1 / (N + R)",
@@ -494,7 +494,7 @@ WEIGHTS: dict[str, tuple[str, Any]] = {
 
 @dataclass(frozen=True)
 class TokenWeight:
-    formula: str  # what a token weighs, in S_{r,m}, n_{r,m}, N_r, N, R, W, M
+    formula: str  # what a token weighs, in S_r,m, n_r,m, N_r, N, R, W, M (plain text)
     times_n: list[list[float]]  # [rank][micro]: that weight times N, on one window
 
 
@@ -542,9 +542,17 @@ def describe_recipes(names: Sequence[str] | None = None) -> str:
     red = max([34, *(len(r) + 1 for _, _, r in shown)])
     lines = [f"  {tr('recipe'):<26} {tr('per-microbatch backprop'):<{back}} "
              f"{tr('reduction'):<{red}} {tr('claims')}"]
-    lines += [f"  {name:<26} {b:<{back}} {r:<{red}} {RECIPES[name].claims}"
+    lines += [f"  {name:<26} {b:<{back}} {r:<{red}} {_claim(RECIPES[name].claims)}"
               for name, b, r in shown]
     return "\n".join(lines)
+
+
+def _claim(key: str) -> str:
+    """A recipe's claimed objective: its key in English (the docs' tables
+    print the code's names), its name in French."""
+    return {"token_mean": tr("token_mean"), "microbatch_means": tr("microbatch_means"),
+            "sequence_means": tr("sequence_means"), "sequence_sums": tr("sequence_sums"),
+            "constant": tr("constant")}[key]
 
 
 def describe_real(matrix: Matrix | None = None, names: Sequence[str] | None = None) -> str:

@@ -184,8 +184,10 @@ QUESTIONS: dict[str, Question] = {
         "tokens each, with that C. It moves to 8 ranks (still 2 microbatches of "
         "8 completions each) and completions of up to 1,024 tokens, and its "
         "config keeps the old C (a stack that reads C from its config; TRL's "
-        "dr_grpo recomputes B·L_max and would adapt). Under SGD, each update "
-        "is then the right Dr. GRPO update times what factor?", "number",
+        "dr_grpo recomputes its completions per microbatch times the maximum "
+        "completion length, and would adapt). Under SGD, each update is then the "
+        "right Dr. GRPO update times what factor? Then, from chapter 03, before "
+        "you check: would the same stale C change a run under Adam?", "number",
         (8 * 2 * 8 * 1024) / (4 * 2 * 8 * 512),
         "work out the C the new job should use, then compare the two "
         "normalizers of the same loss sum", rel_tol=1e-9,
@@ -194,7 +196,10 @@ QUESTIONS: dict[str, Question] = {
             "tokens, 32,768, in the old job; 8 * 2 * 8 = 128 completions at 1,024 "
             "tokens, 131,072, in the new one. The same loss sum divided by the old "
             "C is 131,072 / 32,768 = 4 times the right update, at every step: a "
-            "learning rate 4 times too large for SGD.")),
+            "learning rate 4 times too large for SGD. Under Adam the factor cancels "
+            "(up to its epsilon): Adam divides each update by the gradient's own "
+            "running size, so the stale C hides, as chapter 03's constant factor "
+            "did; clipping or a coupled weight decay can show it again.")),
     "choose_the_unit.3": Question(
         "zloss_mean_per_microbatch (this cell prints its source) at PaLM's "
         "strength, zloss:0.0001, audited with every check in float64 and in "

@@ -110,12 +110,12 @@ def _test_targets(count: int) -> int:
     return sum(len(data.sequences[i]) - 1 for i in data.splits["test"][:count])
 
 
-def _shard_size(world_size: int) -> int:
-    """07: the sequences DistributedSampler hands each rank of the test split."""
+def _last_position(world_size: int, rank: int) -> int:
+    """07: the test position that DistributedSampler hands ``rank`` last."""
     from course_lib.core.evaluate import shard
     from course_lib.course.api import corpus, load_config
 
-    return len(shard(len(corpus(load_config()).splits["test"]), world_size, 0)[0])
+    return shard(len(corpus(load_config()).splits["test"]), world_size, rank)[0][-1]
 
 
 QUESTIONS: dict[str, Question] = {
@@ -176,13 +176,18 @@ QUESTIONS: dict[str, Question] = {
             "6.2692) / 2 = 6.0430, the mean of rank means, below the token mean 6.1080 "
             "because rank 0's 31 tokens, with the lower loss, get half the say.")),
     "evaluation.predict_shard": Question(
-        "The test split holds 256 sequences. On 3 ranks, how many sequences "
-        "does DistributedSampler (drop_last=False) hand each rank?", "number",
-        lambda: _shard_size(3),
-        "every rank runs the same number of samples, and none is left out",
+        "The test split holds 256 sequences, at positions 0 to 255. On 3 ranks, "
+        "DistributedSampler (drop_last=False, shuffle=False) hands rank r the "
+        "entries r, r + 3, r + 6, ... of its list. Which position does rank 2 "
+        "score last?", "number",
+        lambda: _last_position(3, 2),
+        "3 does not divide 256: how long must the list be for every rank to run "
+        "as many sequences, and which entries fill it?",
         reasoning=(
             "The sampler pads the list with its first entries until 3 divides it: "
-            "258 = 3 * 86, so every rank gets 86, and two sequences are scored twice.")),
+            "258 = 3 * 86 entries, the last two being positions 0 and 1. Rank 2 takes "
+            "entries 2, 5, ..., 257, so its last is position 1, which rank 1 also "
+            "scores: two sequences are scored twice.")),
     "evaluation.1": Question(
         "From the course's train logs (logs/train-rank<R>.jsonl in the run "
         "folder): what is the training loss of updates 1 to 10 taken together, "
