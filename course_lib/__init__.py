@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "expect": "course_lib.course.timings:expect",
     "number": "course_lib.core.edition:number",  # a count as the edition writes it
     "decimal": "course_lib.core.edition:decimal",  # a float, to its places, likewise
+    "date": "course_lib.core.edition:date",  # a stored day (2026-12-05), likewise
     "collectives": "course_lib.course.collectives",
     # 01 the mean of means (the arithmetic, the token explorer, theta)
     "arithmetic": "course_lib.core.arithmetic",

@@ -392,7 +392,7 @@ def test_the_progress_lines_speak_the_edition(monkeypatch):
     assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parity] lancé"
     assert french[6] == "[reprise (mises à jour 51 à 100)] lancé"
     assert french[8] == "[ablation model_only] lancé"
-    assert french[10] == "[projet final à W=2] lancé"
+    assert french[10] == "[projet final à W = 2] lancé"
     assert french[12:] == ["[frameworks_logging] lancé", "[frameworks_logging] 1/1 terminé"]
     assert not [line for line in french
                 if re.search(r"\b(started|done|world|size|train)\b", line)]
@@ -466,15 +466,15 @@ def test_a_launchs_failure_speaks_the_edition(monkeypatch):
     assert str(err).startswith(EMPTY_LAUNCH)
     first, tail = err.said.split("\n")
     assert tail == '{"event": "error"}'
-    assert first == ("les rangs 0, 1 ont échoué dans le lancement train au pas 1\u00a0: "
+    assert first == ("les rangs 0, 1 sont en cause dans le lancement train au pas 1\u00a0: "
                      "EmptyWindowError\u00a0: aucun token supervisé dans la fenêtre globale "
                      "(N = 0)\u00a0: chaque rang s'arrête ici, après le même all_reduce "
                      "[torchrun s'est terminé avec le code 1]")
     hang = diagnose.said(HANG)
-    assert hang.startswith("le rang 1 a échoué dans le lancement des microbatches inégaux "
+    assert hang.startswith("le rang 1 est en cause dans le lancement des microbatches inégaux "
                            "(fonction step "
-                           "no_sync_backward_only, vérification uneven_microbatches) "
-                           "(vu par le rang 0)\u00a0: StepDesyncError\u00a0: le rang 1 n'a pas")
+                           "no_sync_backward_only, vérification uneven_microbatches), "
+                           "d'après le rang 0\u00a0: StepDesyncError\u00a0: le rang 1 n'a pas")
     french = diagnose.said(timeout)
     assert "tué par SIGABRT" in french
     assert "(rang 0 au pas 3, rang 1 au pas 2)" in french
@@ -524,5 +524,5 @@ def test_the_bug_lab_explains_in_the_edition(monkeypatch, capsys):
     assert said[0] == "synchronisation différée jusqu'au dernier microbatch"
     assert said[1].startswith("rangs déjà d'accord après le microbatch 1 sur 2\u00a0:")
     assert said[2] == "microbatches par rang\u00a0: 3, 6"
-    assert said[3].startswith("la fonction step ne s'est jamais terminée\u00a0: le rang 1 a "
-                              "échoué")
+    assert said[3].startswith("la fonction step ne s'est jamais terminée\u00a0: le rang 1 est "
+                              "en cause")

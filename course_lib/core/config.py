@@ -65,6 +65,12 @@ class Scenario:
     name: str
     tokens: tuple[int, ...]
 
+    @property
+    def label(self) -> str:
+        """The scenario's name in the learner's language (``balanced``)."""
+        from course_lib.core.edition import tr
+        return tr(self.name)
+
 
 @dataclass(frozen=True)
 class ExerciseConfig:

@@ -52,6 +52,8 @@ RULE_LOOP = """
 def _layout(name: str) -> str:
     """A check's layout as the learner reads it: the permutation check's
     (rank/harness.py's permuted_layouts) are words; the others, numbers."""
+    if name.startswith("W="):  # world_size_invariance's: W=1, W=2, W=4
+        return tr("W={w}").format(w=name.removeprefix("W="))
     return {"as planned": tr("as planned"), "dealt by length": tr("dealt by length"),
             "shuffled": tr("shuffled")}.get(name, name)
 

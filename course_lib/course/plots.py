@@ -262,6 +262,10 @@ def evaluation(report: EvaluationReport, vocab: int | None = None,
         right.text(x, value + 0.8 if x == 0 else value / 2, number(value / 100, ".2%"),
                    ha="center", va="bottom" if x == 0 else "center", fontsize=9,
                    color="black" if x == 0 else "white")
+    if vocab:  # a guess that knows nothing: 1 / vocab in expectation
+        right.axhline(100 / vocab, color="#666666", ls=":", lw=1.5,
+                      label=tr("uniform guess 1/{vocab} = {value}").format(
+                          vocab=vocab, value=number(1 / vocab, ".1%")))
     ceiling = getattr(report, "bayes_accuracy", None) or report.extra.get("bayes_accuracy")
     if ceiling:
         right.axhline(100 * ceiling, color=COLORS["floor"], ls="--",
@@ -588,15 +592,14 @@ def framework_matrix(matrix: Matrix) -> Figure:
 
 def unit_weights(lengths: list[int], weights: dict[str, list[float]],
                  title: str | None = None, *, line: str | None = None,
-                 spread: dict[str, list[tuple[float, float]]] | None = None,
                  annotate: dict[str, str] | None = None) -> Figure:
     """Each sequence's per-token weight, times N (1 is the token mean's),
     against its supervised length, one series per objective (or per TRL
     loss_type: chapter 09's RL figure). ``line`` names the series that is 1
-    for every token: drawn as the horizontal line, not as points. ``spread``
-    gives a series' lowest and highest token weight per sequence, drawn as a
-    bar through its point. ``annotate`` writes a label above a series' first
-    value, in the widest gap between lengths (a flat series: dr_grpo's c)."""
+    for every token: drawn as the horizontal line, not as points (without
+    it, the token mean's line is drawn for reference). ``annotate`` writes a
+    label above a series' first value, in the widest gap between lengths (a
+    flat series: dr_grpo's c)."""
     from matplotlib.ticker import FixedLocator, NullFormatter
 
     fig, (ax,) = _figure(height=3.6)
@@ -606,20 +609,13 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
               "weighted": COLORS["stop"],
               # TRL's loss types: grpo is the sequence mean, dapo the token mean
               "grpo": "#e08214", "dr_grpo": "#8073ac", "dapo": COLORS["global_token"]}
-    spread = spread or {}
     for name, ws in weights.items():
         if name == line:
             continue
-        color = colors.get(name, COLORS["reference"])
-        if name in spread:
-            lows, highs = zip(*spread[name], strict=True)
-            ax.errorbar(lengths, ws, yerr=[[w - lo for w, lo in zip(ws, lows, strict=True)],
-                                           [hi - w for w, hi in zip(ws, highs, strict=True)]],
-                        fmt="none", ecolor=color, alpha=0.35, lw=1)
         ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name,
-                   color=color)
-    if line is None:
-        ax.axhline(1.0, color=COLORS["tolerance"], lw=1)
+                   color=colors.get(name, COLORS["reference"]))
+    if line is None:  # the token mean's weight, for reference
+        ax.axhline(1.0, color=COLORS["tolerance"], lw=1, label=tr("token mean"))
     else:
         ax.axhline(1.0, color=colors.get(line, COLORS["tolerance"]), lw=1.2, label=line)
     xs = sorted(lengths)  # a label goes in the widest gap between lengths
@@ -628,8 +624,7 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
     for name, text in (annotate or {}).items():
         ax.annotate(text, ((lo + hi) / 2, weights[name][0]), xytext=(0, 6),
                     textcoords="offset points", fontsize=8, ha="center")
-    values = [v for ws in weights.values() for v in ws] + [
-        v for pairs in spread.values() for pair in pairs for v in pair]
+    values = [v for ws in weights.values() for v in ws]
     ticks = [t for t in (0.25, 0.5, 0.6, 1, 2, 4, 8)
              if min(values) * 0.9 <= t <= max(values) * 1.1]
     ax.set_yscale("log")
@@ -640,7 +635,8 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
     ax.set_ylabel(tr("weight of each of its tokens x N"))
     ax.set_title(tr(title) if title else tr("Per-sequence normalization gives short "
                                             "sequences' tokens more weight"))
-    fig.legend(frameon=False, loc="outside lower center", ncols=len(weights), fontsize=8)
+    fig.legend(frameon=False, loc="outside lower center",
+               ncols=len(ax.get_legend_handles_labels()[1]), fontsize=8)
     return in_edition(fig)
 
 
@@ -749,15 +745,20 @@ def row_name(row: LoggedRow) -> str:
     return found.sub(lambda m: words[m.group(0)], f"{row.logged}, {row.mode}")
 
 
-def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
+def logged_values(report: LoggingReport, model: str = "llama",
+                  part: str | None = None) -> Figure:
     """07: each logged value of ``model``'s rows (the rows that set
     ``model.loss_type`` left out) as a dot, at its gap to the token mean it
-    should equal, in percent: training on top, evaluation below. The token
-    mean is the line at 0; a dot on it is green, and each row's verdict, the
-    formula it equals, is written on the right."""
+    should equal, in percent: training on top, evaluation below (``part``,
+    "training" or "evaluation": that panel alone). The token mean is the
+    line at 0; a dot on it is green, and each row's verdict, the formula it
+    equals, is written on the right."""
     rows = [r for r in report.rows if r.model == model and "loss_type" not in r.mode]
     parts = [(tr("training"), [r for r in rows if "train" in r.logged]),
              (tr("evaluation"), [r for r in rows if "train" not in r.logged])]
+    if part is not None:
+        parts = [parts[["training", "evaluation"].index(part)]]
+        rows = parts[0][1]
     names = {"hf": tr("HF Trainer"), "accelerate": "accelerate", "lightning": "Lightning"}
 
     def label(r) -> str:
@@ -781,8 +782,8 @@ def logged_values(report: LoggingReport, model: str = "llama") -> Figure:
                 + (tr("  (recipe)") if r.recipe else ""))
 
     fig = Figure(figsize=(WIDTH, 0.42 * len(rows) + 1.7), layout="constrained")
-    axes = fig.subplots(2, 1, sharex=True,
-                        height_ratios=[max(len(found), 1) for _, found in parts])
+    axes = fig.subplots(len(parts), 1, sharex=True, squeeze=False,
+                        height_ratios=[max(len(found), 1) for _, found in parts])[:, 0]
     gaps = [100 * (r.value / r.token_mean - 1) for r in rows]
     reach = max(abs(g) for g in gaps) if gaps else 1.0
     for ax, (title, found) in zip(axes, parts, strict=True):
@@ -830,7 +831,7 @@ def token_weights(info: RegimeInfo, weights: dict[str, TokenWeight]) -> Figure:
 
     titles = {"exact": tr("exact: every token 1 / N"),
               "scaled": tr("uniformly scaled: c / N, one c"),
-              "biased": tr("biased: it depends on the microbatch")}
+              "biased": tr("biased: it depends on the microbatch or rank")}
     panels = [k for k in titles if any(kind(ys) == k for _, ys in shared)]
     fig, axes = _figure(len(panels), height=4.4)
     top = 1.2 * max(max(ys) for _, ys in shared)

@@ -18,6 +18,7 @@ import torch
 from course_lib.core import arithmetic
 from course_lib.core.config import Config, from_dict
 from course_lib.core.data import Corpus
+from course_lib.core.edition import tr
 from course_lib.core.model import build_model, loss_sum
 from course_lib.core.normalize import MODES
 from course_lib.core.reference import Comparison
@@ -64,6 +65,11 @@ class Scenario:
     global_mean: float
     model: ModelLosses
     gradients: ModeGradients
+
+    @property
+    def label(self) -> str:
+        """The scenario's name in the learner's language (``balanced``)."""
+        return tr(self.name)
 
 
 @dataclass(frozen=True)

@@ -206,9 +206,10 @@ def describe(rows: list[TrainerRow], brief: bool = False) -> str:
     recipe = {id(r): said(r.recipe) if r.recipe else "-" for r in rows}
     head = (tr("trainer"), "loss_type", tr("vs token mean"), tr("max err"), tr("claim"),
             tr("vs claim"), tr("trains"), tr("recipe"))
-    # each column as wide as this edition's words (English: as it was)
+    # each column as wide as this edition's words (English: as it was); a
+    # right-aligned head keeps a space from the column before it
     w = [max(8, len(head[0])), 9, max([17, len(head[2]), *map(len, mean.values())]),
-         max(8, len(head[3])), max(16, len(head[4]), len(tr("none stated"))),
+         max(8, len(head[3]) + 1), max(16, len(head[4]), len(tr("none stated"))),
          max([8, len(head[5]), *map(len, claim.values())]),
          max(16, len(head[6]), len(tr("none"))),
          max([7, len(head[7]), *map(len, recipe.values())])]

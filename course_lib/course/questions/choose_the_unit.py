@@ -200,6 +200,26 @@ QUESTIONS: dict[str, Question] = {
             "(up to its epsilon): Adam divides each update by the gradient's own "
             "running size, so the stale C hides, as chapter 03's constant factor "
             "did; clipping or a coupled weight decay can show it again.")),
+    "choose_the_unit.predict_float64": Question(
+        "Exercise 3 (a), derived before you run the audits: "
+        "zloss_mean_per_microbatch at zloss:0.0001, audited with every check "
+        "in float64, where a right rule leaves only rounding. Which checks fail "
+        "it?",
+        "choices", ("parity", "trajectory", "accumulation_invariance",
+                    "permutation_invariance", "uneven_microbatches"),
+        "the wrong part weighs a token's z by 1 / (W M n_mb): which checks put "
+        "the tokens into other microbatches, and so move each microbatch's z "
+        "mean?",
+        options=check_names,
+        reasoning=(
+            "In float64 the wrong term, about 1e-6 of the gradient, is a million "
+            "times the tolerance (atol 1e-12): parity fails, and so does every check "
+            "that puts the sequences into other microbatches (trajectory, "
+            "accumulation_invariance, permutation_invariance, uneven_microbatches), "
+            "since each microbatch's z mean moves with its tokens. "
+            "world_size_invariance keeps the same microbatches over 1, 2 or 4 ranks, "
+            "and no_sync checks a sync that is right: both pass. The float64 audit "
+            "of the exercise measures the same list.")),
     "choose_the_unit.3": Question(
         "zloss_mean_per_microbatch (this cell prints its source) at PaLM's "
         "strength, zloss:0.0001, audited with every check in float64 and in "
