@@ -160,9 +160,10 @@ def test_numbers_as_each_edition_writes_them(monkeypatch):
     assert edition.number(110_284, "d") == f"110{nnbsp}284", "French groups every count"
     assert edition.number(1234.5, ".2f") == f"1{nnbsp}234,50"
     assert edition.decimal(2.5) == "2,5000" and edition.decimal(1 / 3, 2) == "0,33"
-    assert edition.decimal(-1e-12) == "0,0000" and edition.decimal(-0.5) == "-0,5000"
+    assert edition.decimal(-1e-12) == "0,0000" and edition.decimal(-0.5) == "\u22120,5000"
     assert edition.number(0.3544, ".2%") == f"35,44{nbsp}%"
-    assert edition.number(6.43e-3, ".2e") == "6,43e-03"
+    assert edition.number(6.43e-3, ".2e") == "6,43e-03"  # an exponent's sign stays
+    assert edition.marks("= -6.43e-03 (L - 1)") == "= \u22126,43e-03 (L - 1)"  # a hyphen stays
 
 
 def _templates_of(source) -> list[tuple[str, re.Pattern]]:
@@ -388,8 +389,8 @@ def test_the_progress_lines_speak_the_edition(monkeypatch):
     french = lines(jobs)
     assert french[:2] == ["[nombre de rangs W = 2] lancé",
                           "[nombre de rangs W = 2] 15/15 terminé"]
-    # a job named by the check it runs keeps that name, as every table writes it
-    assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parity] lancé"
+    # a job named by the check it runs, in the learner's words, as the uneven one is
+    assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parité] lancé"
     assert french[6] == "[reprise (mises à jour 51 à 100)] lancé"
     assert french[8] == "[ablation model_only] lancé"
     assert french[10] == "[projet final à W = 2] lancé"

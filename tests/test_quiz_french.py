@@ -106,6 +106,9 @@ def test_ask_shows_the_french_options(french):
 def test_a_french_number_may_keep_its_decimal_comma(french, monkeypatch):
     assert quiz.check("mean_of_means.predict_global", "2,5").correct
     assert quiz.check("mean_of_means.predict_global", "2.5").correct
+    # a minus sign as the French edition prints it (U+2212), or a hyphen
+    assert quiz.check("mean_of_means.predict_theta_global", "\u22120,5").correct
+    assert quiz.check("mean_of_means.predict_theta_global", "-0,5").correct
     monkeypatch.delenv(edition.ENV)  # English: 2,5 is no number, as before
     assert not quiz.check("mean_of_means.predict_global", "2,5").correct
 

@@ -117,13 +117,18 @@ def number(value: float, spec: str = ",") -> str:
     return marks(format(value, spec))
 
 
+# A number's sign, not a hyphen: "-0.5", "= -6e-03", "(-1"; never an
+# exponent's ("e-03") nor a hyphen between words or before a space.
+_SIGN = re.compile(r"(?<![\w.,])-(?=\d)")
+
+
 def marks(text: str) -> str:
-    """A number written as Python writes it (112,480, 2.5, 25%) with the
-    edition's marks: French 112 480, 2,5 and 25 %."""
+    """A number written as Python writes it (112,480, 2.5, 25%, -0.5) with
+    the edition's marks: French 112 480, 2,5, 25 % and −0,5 (U+2212)."""
     if current() != "fr":
         return text
     text = text.replace(",", typography.NNBSP).replace(".", ",")
-    return text.replace("%", typography.NBSP + "%")
+    return _SIGN.sub(typography.MINUS, text.replace("%", typography.NBSP + "%"))
 
 
 def device(name: str) -> str:

@@ -21,11 +21,15 @@ import re
 
 NNBSP = "\u202f"  # narrow no-break space
 NBSP = "\u00a0"  # no-break space
+MINUS = "\u2212"  # a number's sign, as French sets it (edition.marks)
 
 # What typography must not touch: fenced code, code spans, LaTeX, a tag, a link's target.
 _PROTECTED = re.compile(
     r"```.*?```|~~~.*?~~~|`[^`\n]*`|\$\$.*?\$\$|(?<!\\)\$[^$\n]+\$|<[^<>\n]+>|\]\([^)\s]*\)",
     re.DOTALL)
+
+# A space between a number (or a template's field) and a unit of time.
+_UNIT = r"(?<=[{before}])[ \t](?=(?:s|ms|min)\b(?![\'’]))"
 
 _RULES = (
     (re.compile(r"(?<=\S)[ \t\u00a0\u202f]+([;?]|!(?!\[))"), NNBSP + r"\1"),
@@ -37,12 +41,15 @@ _RULES = (
     # a count's groups: 1 to 3 digits, then groups of 3, outside a decimal's digits
     (re.compile(r"(?<![\d.,])\d{1,3}(?:[ \t\u00a0]\d{3})+(?!\d)"),
      lambda m: re.sub(r"[ \t\u00a0]", NNBSP, m.group(0))),
+    # a duration's unit stays with its number: 5 s, 30 ms ("{seconds} s" in a template)
+    (re.compile(_UNIT.format(before=r"\d}")), NBSP),
 )
 
 
 # A plain space where French needs one that does not break.
 _BREAKABLE = re.compile(r".{0,12}(?:(?<=\S)[ \t]+(?:[:;?%»]|!(?!\[))|«[ \t]"
-                        r"|(?<![\d.,])\d{1,3}(?:[ \t\u00a0\u202f]\d{3})*[ \t\u00a0]\d{3}(?!\d))"
+                        r"|(?<![\d.,])\d{1,3}(?:[ \t\u00a0\u202f]\d{3})*[ \t\u00a0]\d{3}(?!\d)"
+                        r"|\d[ \t](?:s|ms|min)\b(?![\'’]))"
                         r".{0,6}")
 
 
@@ -93,6 +100,7 @@ _CODE_RULES = (
     (re.compile(r"(?<=«) "), NBSP),
     (re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?!\d)"),
      lambda m: m.group(0).replace(" ", NNBSP)),
+    (re.compile(_UNIT.format(before="\\d" + _CODE)), NBSP),  # "{t:.1f} s"
 )
 
 

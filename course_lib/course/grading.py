@@ -132,8 +132,9 @@ def grade(q: Question, given) -> Verdict:
     or in English (``aliases``)."""
     if q.kind == "number":
         if isinstance(given, str):
-            if current() == "fr":  # 2,5 and 112 480, as French writes them
-                given = "".join(given.split()).replace(",", ".")
+            if current() == "fr":  # 2,5, 112 480 and −0,5, as French writes them
+                given = "".join(given.split()).replace(",", ".").replace(
+                    typography.MINUS, "-")
             try:
                 given = float(given)
             except ValueError:

@@ -609,15 +609,20 @@ def unit_weights(lengths: list[int], weights: dict[str, list[float]],
               "weighted": COLORS["stop"],
               # TRL's loss types: grpo is the sequence mean, dapo the token mean
               "grpo": "#e08214", "dr_grpo": "#8073ac", "dapo": COLORS["global_token"]}
+    # the units by their names in words; TRL's loss types keep their option's name
+    named = {"token": tr("token mean"), "sequence": tr("sequence mean"),
+             "weighted": tr("weighted mean")}
     for name, ws in weights.items():
         if name == line:
             continue
-        ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8, label=name,
+        ax.scatter(lengths, ws, s=18, marker=markers.get(name, "o"), alpha=0.8,
+                   label=named.get(name, name),
                    color=colors.get(name, COLORS["reference"]))
     if line is None:  # the token mean's weight, for reference
         ax.axhline(1.0, color=COLORS["tolerance"], lw=1, label=tr("token mean"))
     else:
-        ax.axhline(1.0, color=colors.get(line, COLORS["tolerance"]), lw=1.2, label=line)
+        ax.axhline(1.0, color=colors.get(line, COLORS["tolerance"]), lw=1.2,
+                   label=named.get(line, line))
     xs = sorted(lengths)  # a label goes in the widest gap between lengths
     gaps = list(zip(xs, xs[1:], strict=False)) or [(xs[0], xs[0])]
     lo, hi = max(gaps, key=lambda pair: pair[1] - pair[0])
@@ -746,14 +751,16 @@ def row_name(row: LoggedRow) -> str:
 
 
 def logged_values(report: LoggingReport, model: str = "llama",
-                  part: str | None = None) -> Figure:
+                  part: str | None = None, framework: str | None = None) -> Figure:
     """07: each logged value of ``model``'s rows (the rows that set
     ``model.loss_type`` left out) as a dot, at its gap to the token mean it
     should equal, in percent: training on top, evaluation below (``part``,
-    "training" or "evaluation": that panel alone). The token mean is the
-    line at 0; a dot on it is green, and each row's verdict, the formula it
-    equals, is written on the right."""
-    rows = [r for r in report.rows if r.model == model and "loss_type" not in r.mode]
+    "training" or "evaluation": that panel alone; ``framework``, "hf",
+    "accelerate" or "lightning": that framework's rows alone). The token
+    mean is the line at 0; a dot on it is green, and each row's verdict,
+    the formula it equals, is written on the right."""
+    rows = [r for r in report.rows if r.model == model and "loss_type" not in r.mode
+            and framework in (None, r.framework)]
     parts = [(tr("training"), [r for r in rows if "train" in r.logged]),
              (tr("evaluation"), [r for r in rows if "train" not in r.logged])]
     if part is not None:
@@ -807,8 +814,9 @@ def logged_values(report: LoggingReport, model: str = "llama",
         ax.set_title(title, fontsize=9)
     axes[-1].set_xlim(-1.15 * reach, 1.15 * reach)
     axes[-1].set_xlabel(textwrap.fill(tr(
-        "logged value vs the token mean of what it logs (%): the green "
-        "line; on the right, the formula the value equals"), 90))
+        "(logged − token mean) / token mean, in %: the token mean of what "
+        "it logs is the green line; on the right, the formula the value "
+        "equals"), 90))
     return in_edition(fig)
 
 
