@@ -389,8 +389,8 @@ def test_the_progress_lines_speak_the_edition(monkeypatch):
     french = lines(jobs)
     assert french[:2] == ["[nombre de rangs W = 2] lancé",
                           "[nombre de rangs W = 2] 15/15 terminé"]
-    # a job named by the check it runs, in the learner's words, as the uneven one is
-    assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parité] lancé"
+    # a job named by the check it runs keeps that name, as every table writes it
+    assert french[2] == "[microbatches inégaux] lancé" and french[4] == "[parity] lancé"
     assert french[6] == "[reprise (mises à jour 51 à 100)] lancé"
     assert french[8] == "[ablation model_only] lancé"
     assert french[10] == "[projet final à W = 2] lancé"

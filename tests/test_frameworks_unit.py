@@ -705,7 +705,7 @@ def test_the_grouped_configurations_speak_the_edition(monkeypatch):
         assert ("scaled x" in en) == ("échelle ×" in fr), fr
         assert ("biased" in en) == ("biaisé" in fr), fr
     same = [fr for fr in french if "comme le Trainer de base" in fr]
-    assert same and all(fr.endswith("sur les deux modèles et les deux réglages d'options")
+    assert same and all(fr.endswith("sur les deux modèles et les deux valeurs de l'option")
                         for fr in same)
     detail = [fr for fr in french if fr.startswith("    ")]  # verdict, then formula
     assert detail and len({re.search(r"(exact|biaisé|échelle ×\S+) +\S", fr).end()

@@ -138,15 +138,11 @@ def texts(fig: Figure) -> list[str]:
 
 def _english_templates() -> list[tuple[str, re.Pattern]]:
     """Each catalog entry whose French differs, as a pattern of its English
-    text (a placeholder matches anything) that holds at least one word. A
-    check's name is code, as every table writes it (the catalog words it
-    only as a job's progress label)."""
-    from course_lib.checks import CHECKS
-
+    text (a placeholder matches anything) that holds at least one word."""
     found = []
     for english, french in edition.catalog("fr").items():
         literal = re.sub(r"\{[^{}]*\}", "", english)
-        if french == english or english in CHECKS or not re.search(r"[A-Za-z]{3,}", literal):
+        if french == english or not re.search(r"[A-Za-z]{3,}", literal):
             continue
         parts = re.split(r"\{[^{}]*\}", english)
         found.append((english, re.compile(".*?".join(map(re.escape, parts)), re.DOTALL)))

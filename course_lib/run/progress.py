@@ -74,7 +74,7 @@ TASKS = ("world size {w}", "uneven microbatches", "capstone at W={w}",
          # a run that names the training it is first: French words them apart
          "train resume (updates {first}-{last})", "train reference (updates {first}-{last})",
          "train ablation:{part} (updates {first}-{last})", "train ablation:{part}",
-         "train {run} (updates {first}-{last})", "train {run}", "exercise", "recipes", "parity")
+         "train {run} (updates {first}-{last})", "train {run}", "exercise", "recipes")
 RUNS = ("stop", "continuous", "resume", "reference")  # train.py's labels
 
 
