@@ -772,3 +772,21 @@ def test_the_real_code_speaks_the_edition(monkeypatch):
     assert "× W : W·S / N".replace(" :", "\u00a0:") in source.describe(installed)
     assert {line.formula for line in installed.lines} <= {
         w.formula for w in source.TRANSFORMERS}
+
+
+def test_the_trainers_loss_condition_is_read_or_said_missing(monkeypatch):
+    """07 prints the installed `if` above compute_loss's loss_scale lines; a
+    release without those lines gets the "not found" line, not a traceback."""
+    from course_lib.frameworks import source
+
+    shown = source.trainer_loss_condition()
+    assert shown.startswith("if") and "average_tokens_across_devices" in shown
+    assert "#" not in shown  # its comments cut
+
+    def compute_loss(self, model, inputs):  # a release that scales elsewhere
+        if inputs:
+            return model(**inputs)
+        return None
+
+    monkeypatch.setattr(source, "_resolve", lambda name: (compute_loss, name))
+    assert source.trainer_loss_condition() == source.NOT_FOUND

@@ -303,7 +303,6 @@ def logging() -> tuple[Source, ...]:
     return tuple(sources)
 
 
-
 def logged_lines(source: Source, keep: Sequence[int]) -> str:
     """07: the lines ``keep`` (indices) of one of ``logging()``'s sources,
     each under its file:line. The Trainer's branch for n_gpu > 1
@@ -324,10 +323,14 @@ def trainer_loss_condition() -> str:
     if found is None:
         return tr(NOT_FOUND)
     body = inspect.getsource(found[0]).splitlines()
-    end = next(i for i, s in enumerate(body) if "loss_scale =" in s)
-    start = max(i for i in range(end) if body[i].lstrip().startswith("if"))
+    try:  # a release that scales the loss elsewhere has no such lines
+        end = next(i for i, s in enumerate(body) if "loss_scale =" in s)
+        start = max(i for i in range(end) if body[i].lstrip().startswith("if"))
+    except (StopIteration, ValueError):
+        return tr(NOT_FOUND)
     guard = textwrap.dedent("\n".join(body[start:end])).splitlines()
     return "\n".join(s for s in guard if not s.lstrip().startswith("#"))
+
 
 # 09: TRL's GRPOTrainer, the lines that turn the per-token terms into the
 # loss a microbatch backprops, one branch of _compute_loss per loss_type.
