@@ -8,7 +8,11 @@ that space must not break, or a colon wraps to the start of a line:
 - U+00A0 (no-break space) before ``:`` and ``%``, after ``«`` and before ``»``;
 - ``×`` for an ``x`` between two numbers (``2 x 3``), ``…`` for ``...``;
 - U+202F between the groups of a count (``16 971``), as ``edition.number``
-  writes it, so that a count never wraps in two.
+  writes it, so that a count never wraps in two; U+00A0 between a duration
+  and its unit (``5 s``, ``30 ms``).
+
+``french_code`` sets a French code cell's messages and comments the same
+way, one character for one, so that a padded column keeps its width.
 
 Only a space already there is made unbreakable: "http://", "a:b" or a
 Python slice stay as they are. Code (fenced blocks, ``code`` spans),
