@@ -34,6 +34,14 @@ _PROTECTED = re.compile(
 
 # A space between a number (or a template's field) and a unit of time.
 _UNIT = r"(?<=[{before}])[ \t](?=(?:s|ms|min)\b(?![\'’]))"
+# A count written in groups of three: 1 to 3 digits, then groups of 3,
+# outside a decimal's digits. Its spaces become U+202F, one for one.
+_COUNT = re.compile(r"(?<![\d.,])\d{1,3}(?:[ \t\u00a0]\d{3})+(?!\d)")
+
+
+def _grouped(found: re.Match[str]) -> str:
+    return re.sub(r"[ \t\u00a0]", NNBSP, found.group(0))
+
 
 _RULES = (
     (re.compile(r"(?<=\S)[ \t\u00a0\u202f]+([;?]|!(?!\[))"), NNBSP + r"\1"),
@@ -42,9 +50,7 @@ _RULES = (
     (re.compile(r"(?<=\S)[ \t\u00a0\u202f]*»"), NBSP + "»"),
     (re.compile(r"(?<=\d) x (?=\d)"), " × "),
     (re.compile(r"(?<!\.)\.\.\.(?!\.)"), "…"),
-    # a count's groups: 1 to 3 digits, then groups of 3, outside a decimal's digits
-    (re.compile(r"(?<![\d.,])\d{1,3}(?:[ \t\u00a0]\d{3})+(?!\d)"),
-     lambda m: re.sub(r"[ \t\u00a0]", NNBSP, m.group(0))),
+    (_COUNT, _grouped),
     # a duration's unit stays with its number: 5 s, 30 ms ("{seconds} s" in a template)
     (re.compile(_UNIT.format(before=r"\d}")), NBSP),
 )
@@ -102,8 +108,7 @@ _CODE_RULES = (
     (re.compile(r" (?=[;?])"), NNBSP),
     (re.compile(r" (?=[:%»])"), NBSP),
     (re.compile(r"(?<=«) "), NBSP),
-    (re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?!\d)"),
-     lambda m: m.group(0).replace(" ", NNBSP)),
+    (_COUNT, _grouped),
     (re.compile(_UNIT.format(before="\\d" + _CODE)), NBSP),  # "{t:.1f} s"
 )
 

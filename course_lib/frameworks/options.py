@@ -322,7 +322,6 @@ def _unsharded(captured: Captured) -> str | None:
             "device), so this was plain DDP")
 
 
-
 FSDP = Option("fsdp", "accelerate's FSDP2 through the Trainer, the sharded gradient "
               "gathered", ("hf",), ({"version": 2},),
               flags=lambda state: {"fsdp": True, "fsdp_config": {"version": state["version"]}},

@@ -220,6 +220,12 @@ def installed() -> Source:
                   _found(TRANSFORMERS))
 
 
+def _where(line: Line) -> str:
+    """A line's file:line in function, "in" in the learner's language."""
+    return (tr("not found in this version") if line.where == NOT_FOUND  # the catalog's key
+            else line.where.replace(" in ", tr(" in "), 1))
+
+
 def describe(*sources: Source) -> str:
     """Each line beside the formula it implements: formula, file:line, code.
     The titles and labels in the learner's language (``COURSE_EDITION``; the
@@ -231,9 +237,7 @@ def describe(*sources: Source) -> str:
     for source in sources:
         out.append(tr(source.title))  # a quoted source's; the others are made in the edition
         for line in source.lines:
-            where = (tr("not found in this version") if line.where == NOT_FOUND
-                     else line.where.replace(" in ", tr(" in "), 1))  # file:line in function
-            out.append(f"  {shown[line.formula]:<{width}}  {where}")
+            out.append(f"  {shown[line.formula]:<{width}}  {_where(line)}")
             out.extend(f"  {'':<{width}}    {code}" for code in line.code)
     return "\n".join(out)
 
@@ -309,7 +313,7 @@ def logged_lines(source: Source, keep: Sequence[int]) -> str:
     (DataParallel, unused with torchrun) is cut from its lines."""
     out = [source.title]
     for line in (source.lines[i] for i in keep):
-        out.append("  " + line.where.replace(" in ", tr(" in "), 1))
+        out.append("  " + _where(line))
         out.extend("      " + code.split(" if self.args.n_gpu")[0] for code in line.code)
     return "\n".join(out)
 
